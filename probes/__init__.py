@@ -1,0 +1,1 @@
+"""eBPF probe programs and their loaders (collection layer; never imports textual)."""

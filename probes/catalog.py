@@ -1,0 +1,109 @@
+"""The probe catalog: which symbol in which library means what.
+
+Each probe becomes one generated BPF function with a compile-time id, so a hit
+costs a map update and no lookup. See PROBE-NOTES in the brief for why each
+symbol was chosen (and why uretprobes are never put on C++ functions).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+
+# Categories, as numbered in bpf_program.c.
+CAT_PY, CAT_BACKEND, CAT_SIM, CAT_CUDA = 0, 1, 2, 3
+CATEGORY_NAMES = ("python", "backend", "simulator", "cuda_api")
+
+# Probe kinds.
+ENTER = "enter"          # entry uprobe: category depth +1 (begin of a begin/end bracket)
+EXIT = "exit"            # entry uprobe on the end function: depth -1
+PAIR = "pair"            # uprobe + uretprobe on a C-ABI function
+RANGE_BEGIN = "range_begin"  # named range opens (record_function)
+RANGE_END = "range_end"
+COUNT = "count"          # entry uprobe that only counts
+
+MAX_PROBES = 50
+
+
+@dataclasses.dataclass(frozen=True)
+class ProbeSpec:
+    """One probe point: a symbol in a library, and what a hit means."""
+
+    group: str       # probe set shown to the user: torch, cudart, cuda-driver, mujoco, sim:<lib>
+    lib_re: str      # matched against the basename of a mapped file
+    symbol: str      # exact symbol name (bare, no @version)
+    category: int
+    kind: str
+    label: str       # short name for tables
+
+    def matches(self, path: str) -> bool:
+        """Whether a mapped file path belongs to this probe's library."""
+        return re.search(self.lib_re, os.path.basename(path)) is not None
+
+    def fn_names(self, pid_: int) -> tuple[str, ...]:
+        """Names of the generated BPF functions for this probe id."""
+        if self.kind == PAIR:
+            return (f"p{pid_}_enter", f"p{pid_}_exit")
+        return (f"p{pid_}_{self.kind}",)
+
+    @property
+    def n_attach(self) -> int:
+        """Kernel probes this spec costs."""
+        return 2 if self.kind == PAIR else 1
+
+
+_TORCH_PY = r"^libtorch_python\.so"
+_TORCH_CPU = r"^libtorch_cpu\.so"
+_CUDART = r"^libcudart\.so"
+_CUDA = r"^libcuda\.so"
+_MUJOCO = r"^libmujoco\.so"
+
+TORCH = [
+    ProbeSpec("torch", _TORCH_PY, "_ZN5torch16PyWarningHandlerC1Ev", CAT_BACKEND, ENTER, "op begin"),
+    ProbeSpec("torch", _TORCH_PY, "_ZN5torch16PyWarningHandlerD1Ev", CAT_BACKEND, EXIT, "op end"),
+    ProbeSpec("torch", _TORCH_CPU,
+              "_ZN5torch8autograd6Engine7executeERKSt6vectorINS0_4EdgeESaIS3_EERKS2_IN2at6TensorESaIS9_EEbbbS7_",
+              CAT_BACKEND, COUNT, "autograd backward"),
+    ProbeSpec("torch", _TORCH_CPU,
+              "_ZN5torch8autograd8profiler25record_function_enter_newERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEERKSt8optionalIS7_E",
+              CAT_BACKEND, RANGE_BEGIN, "record_function"),
+    ProbeSpec("torch", _TORCH_CPU,
+              "_ZN5torch8autograd8profilerL24record_function_exit_newERKN3c1013intrusive_ptrINS1_20PythonRecordFunctionENS2_6detail34intrusive_target_default_null_typeIS4_EEEE",
+              CAT_BACKEND, RANGE_END, "record_function end"),
+]
+
+# libcudart 13 exports bare names. The _ptsz variants are for per-thread default
+# stream builds, which frameworks do not use; they stay out to keep detach fast.
+CUDART = [ProbeSpec("cudart", _CUDART, s, CAT_CUDA, PAIR, s) for s in (
+    "cudaLaunchKernel", "cudaLaunchKernelExC", "cudaMemcpyAsync", "cudaMemcpy",
+    "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
+    "cudaMalloc", "cudaFree", "cudaGraphLaunch",
+)]
+
+CUDA_DRIVER = [ProbeSpec("cuda-driver", _CUDA, s, CAT_CUDA, PAIR, s) for s in (
+    "cuLaunchKernel", "cuLaunchKernelEx", "cuStreamSynchronize", "cuCtxSynchronize",
+    "cuGraphLaunch",
+)]
+
+MUJOCO = [ProbeSpec("mujoco", _MUJOCO, s, CAT_SIM, PAIR, s) for s in (
+    "mj_step", "mj_step1", "mj_step2", "mj_forward", "mj_inverse", "mj_resetData",
+)]
+
+
+def builtin() -> list[ProbeSpec]:
+    """All built-in probes, in id order."""
+    return TORCH + CUDART + CUDA_DRIVER + MUJOCO
+
+
+def sim_lib_specs(lib: str, symbols: list[str]) -> list[ProbeSpec]:
+    """Probes for a user-named simulator library (``--sim-lib``).
+
+    Args:
+        lib: a path or a basename (prefix) of a library the target maps.
+        symbols: C-ABI entry points; each gets an entry and a return probe.
+    """
+    base = os.path.basename(lib)
+    lib_re = "^" + re.escape(base) + (r"(\.|$)" if not re.search(r"\.so", base) else "")
+    group = f"sim:{base}"
+    return [ProbeSpec(group, lib_re, s, CAT_SIM, PAIR, s) for s in symbols]

@@ -1,0 +1,265 @@
+"""Compile the BPF program, attach probes to a target's libraries, read them back.
+
+This is the only module that imports bcc. It knows nothing about display or the
+ring: it hands plain Python values to the collector.
+"""
+
+from __future__ import annotations
+
+import ctypes as ct
+import dataclasses
+import os
+import time
+from importlib import resources
+from typing import Callable
+
+from . import catalog
+from .catalog import ENTER, EXIT, PAIR, RANGE_BEGIN, RANGE_END, COUNT, ProbeSpec
+from .prologue import cheap_offset, is_cheap_at
+
+# Cost of one hit, ns, from the brief's probe notes (kernel 6.18, this VM class);
+# `rlscope-top calibrate` replaces these with measured values.
+COST_EMULATED_NS = 700
+COST_PAIR_NS = 1200
+COST_OUT_OF_LINE_NS = 9300
+COST_PAIR_OUT_OF_LINE_NS = 9800
+
+EV_RANGE_BEGIN, EV_RANGE_END, EV_THREAD_EXIT = 1, 2, 3
+
+
+class BccUnavailable(RuntimeError):
+    """bcc cannot be imported in this interpreter."""
+
+
+def import_bcc():
+    """Import bcc or raise BccUnavailable with the reason."""
+    try:
+        import bcc  # noqa: PLC0415 - optional system module
+    except Exception as e:  # ImportError, or a broken libbcc
+        raise BccUnavailable(str(e)) from None
+    return bcc
+
+
+@dataclasses.dataclass
+class Attached:
+    """A probe that is live in the kernel."""
+
+    id: int
+    spec: ProbeSpec
+    path: str
+    offset: int
+    cost_ns: int
+
+
+@dataclasses.dataclass
+class ThreadCounters:
+    """Cumulative in-kernel counters of one target thread (ns, counts)."""
+
+    tid: int
+    tgid: int
+    ns: list[list[int]]       # [category][on, off]
+    trans: list[list[int]]    # [from][to]
+    calls: list[int]
+    depth: list[int]
+    run: int                  # 0 off CPU, 1 on CPU, 2 unknown
+    last_ts: int
+    pyflag: bool
+    exited: bool
+
+
+def program_text(specs: list[ProbeSpec]) -> str:
+    """The BPF C source for a probe catalog (also what ``--ebpf`` prints)."""
+    base = resources.files("rlscope_top.probes").joinpath("bpf_program.c").read_text()
+    out = [f"#define NPROBES {max(1, len(specs))}", base]
+    for i, s in enumerate(specs):
+        if s.kind == PAIR:
+            out.append(f"int p{i}_enter(struct pt_regs *ctx) {{ return on_enter({i}, {s.category}); }}")
+            out.append(f"int p{i}_exit(struct pt_regs *ctx) {{ return on_exit({i}, {s.category}, 0); }}")
+        elif s.kind == ENTER:
+            out.append(f"int p{i}_enter(struct pt_regs *ctx) {{ return on_enter({i}, {s.category}); }}")
+        elif s.kind == EXIT:
+            out.append(f"int p{i}_exit(struct pt_regs *ctx) {{ return on_exit({i}, {s.category}, 1); }}")
+        elif s.kind == RANGE_BEGIN:
+            out.append(f"int p{i}_range_begin(struct pt_regs *ctx) {{ return emit(ctx, {i}, EV_RANGE_BEGIN, 1); }}")
+        elif s.kind == RANGE_END:
+            out.append(f"int p{i}_range_end(struct pt_regs *ctx) {{ return emit(ctx, {i}, EV_RANGE_END, 0); }}")
+        elif s.kind == COUNT:
+            out.append(f"int p{i}_count(struct pt_regs *ctx) {{ u32 t = bpf_get_current_pid_tgid() >> 32; "
+                       f"if (targets.lookup(&t)) hit({i}); return 0; }}")
+    return "\n".join(out) + "\n"
+
+
+def mapped_files(pid: int) -> set[str]:
+    """Paths of executable file mappings of a process (empty if it is gone)."""
+    paths = set()
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            for line in f:
+                parts = line.split(None, 5)
+                if len(parts) == 6 and "x" in parts[1] and parts[5].startswith("/"):
+                    p = parts[5].rstrip("\n")
+                    if not p.endswith(" (deleted)"):
+                        paths.add(p)
+    except OSError:
+        pass
+    return paths
+
+
+class ProbeSet:
+    """The BPF program and the probes attached to one target process."""
+
+    def __init__(self, pid: int, specs: list[ProbeSpec], max_probes: int = catalog.MAX_PROBES,
+                 notify: Callable[[str, str], None] | None = None):
+        self.pid = pid
+        self.specs = specs
+        self.max_probes = max_probes
+        self.notify = notify or (lambda level, msg: None)
+        self.attached: list[Attached] = []
+        self.missing: dict[str, list[str]] = {}
+        self.groups: dict[str, str] = {}          # group -> library path
+        self._tried: set[tuple[int, str]] = set()
+        self._events: list[tuple] = []
+        self.bpf = None
+        self.t0_ns = 0
+
+    # -- lifecycle ---------------------------------------------------------
+    def load(self) -> None:
+        """Compile the program. Raises BccUnavailable or the compiler's error."""
+        bcc = import_bcc()
+        self._bcc = bcc
+        self.bpf = bcc.BPF(text=program_text(self.specs))
+        self.bpf["events"].open_ring_buffer(self._on_event)
+
+    def start(self) -> int:
+        """Attach to mapped libraries, then begin counting. Returns t0 (monotonic ns)."""
+        self.scan()
+        self.t0_ns = time.monotonic_ns()
+        threads = self.bpf["threads"]
+        for tid in _task_ids(self.pid):
+            leaf = threads.Leaf()
+            leaf.tgid = self.pid
+            leaf.last_ts = self.t0_ns
+            leaf.run = 2
+            threads[ct.c_uint(tid)] = leaf
+        self.bpf["targets"][ct.c_uint(self.pid)] = ct.c_uint(1)
+        return self.t0_ns
+
+    def stop(self) -> None:
+        """Stop counting first, then remove every probe (slow: ~0.1 s each)."""
+        if self.bpf is None:
+            return
+        try:
+            self.bpf["targets"].clear()
+        except Exception:
+            pass
+        self.bpf.cleanup()
+        self.bpf = None
+
+    # -- attaching ---------------------------------------------------------
+    def n_probes(self) -> int:
+        """Kernel probes attached so far."""
+        return sum(a.spec.n_attach for a in self.attached)
+
+    def scan(self) -> list[str]:
+        """Attach probes to libraries mapped since the last scan. Returns new groups."""
+        new_groups = []
+        paths = mapped_files(self.pid)
+        for i, spec in enumerate(self.specs):
+            for path in paths:
+                if (i, path) in self._tried or not spec.matches(path):
+                    continue
+                self._tried.add((i, path))
+                if self._attach(i, spec, path) and spec.group not in self.groups:
+                    self.groups[spec.group] = path
+                    new_groups.append(spec.group)
+        for g in new_groups:
+            mine = [a for a in self.attached if a.spec.group == g]
+            libs = ", ".join(sorted({os.path.basename(a.path) for a in mine}))
+            self.notify("info", f"attached {sum(a.spec.n_attach for a in mine)} probes for {g} ({libs})")
+        return new_groups
+
+    def _attach(self, i: int, spec: ProbeSpec, path: str) -> bool:
+        if self.n_probes() + spec.n_attach > self.max_probes:
+            self.missing.setdefault(spec.group, []).append(f"{spec.symbol} (probe limit {self.max_probes})")
+            return False
+        root_path = path if os.path.exists(path) else f"/proc/{self.pid}/root{path}"
+        try:
+            offset = 0 if spec.kind == PAIR else self._entry_offset(root_path, spec.symbol)
+            fns = spec.fn_names(i)
+            self.bpf.attach_uprobe(name=root_path, sym=spec.symbol, sym_off=offset,
+                                   fn_name=fns[0], pid=self.pid)
+            if spec.kind == PAIR:
+                self.bpf.attach_uretprobe(name=root_path, sym=spec.symbol, fn_name=fns[1], pid=self.pid)
+        except Exception as e:  # bcc raises bare Exception for a missing symbol
+            self.missing.setdefault(spec.group, []).append(spec.symbol)
+            self.notify("warn", f"{spec.group}: cannot probe {spec.label} in {os.path.basename(path)}: "
+                                f"{_first_line(e)}")
+            return False
+        self.attached.append(Attached(i, spec, path, offset, self._cost(root_path, spec, offset)))
+        return True
+
+    def _code_at(self, path: str, sym: str, n: int = 32) -> bytes:
+        _, off = self._bcc.BPF._check_path_symbol(path.encode(), sym.encode(), None, -1)
+        with open(path, "rb") as f:
+            f.seek(off)
+            return f.read(n)
+
+    def _entry_offset(self, path: str, sym: str) -> int:
+        return cheap_offset(self._code_at(path, sym))
+
+    def _cost(self, path: str, spec: ProbeSpec, offset: int) -> int:
+        try:
+            code = self._code_at(path, spec.symbol)[offset:]
+        except Exception:
+            code = b""
+        cheap = bool(code) and is_cheap_at(code, 0)
+        if spec.kind == PAIR:
+            return COST_PAIR_NS if cheap else COST_PAIR_OUT_OF_LINE_NS
+        return COST_EMULATED_NS if cheap else COST_OUT_OF_LINE_NS
+
+    # -- reading -----------------------------------------------------------
+    def hits(self) -> list[int]:
+        """Hits per probe id, summed over CPUs."""
+        table = self.bpf["hits"]
+        return [int(sum(table[ct.c_int(i)])) for i in range(len(self.specs))]
+
+    def threads(self) -> list[ThreadCounters]:
+        """Cumulative counters for every thread the kernel holds state for."""
+        out = []
+        for k, s in self.bpf["threads"].items():
+            out.append(ThreadCounters(
+                tid=k.value, tgid=s.tgid,
+                ns=[[s.ns[2 * c], s.ns[2 * c + 1]] for c in range(4)],
+                trans=[[s.trans[4 * a + b] for b in range(4)] for a in range(4)],
+                calls=[s.calls[c] for c in range(4)],
+                depth=[s.depth[c] for c in range(4)],
+                run=s.run, last_ts=s.last_ts, pyflag=bool(s.pyflag), exited=bool(s.exited)))
+        return out
+
+    def forget(self, tid: int) -> None:
+        """Drop the kernel state of an exited thread once it has been read."""
+        try:
+            del self.bpf["threads"][ct.c_uint(tid)]
+        except KeyError:
+            pass
+
+    def events(self) -> list[tuple]:
+        """Drain the BPF ring buffer: (kind, ts, tid, name) tuples."""
+        self.bpf.ring_buffer_consume()
+        ev, self._events = self._events, []
+        return ev
+
+    def _on_event(self, ctx, data, size):
+        e = self.bpf["events"].event(data)
+        self._events.append((e.kind, e.ts, e.tid, e.name.decode(errors="replace")))
+
+
+def _first_line(e: Exception) -> str:
+    return (str(e).splitlines() or [type(e).__name__])[0]
+
+
+def _task_ids(pid: int) -> list[int]:
+    try:
+        return [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        return []

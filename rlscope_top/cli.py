@@ -1,0 +1,134 @@
+"""Command line: `rlscope-top PID`, `attach`, `demo`, `doctor`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from . import __version__
+from .errors import EXIT_INTERNAL, RlscopeError
+from .probes import catalog
+from .session import Options
+
+EPILOG = """examples:
+  rlscope-top 12345                      watch PID 12345 (headless until the TUI lands)
+  rlscope-top attach 12345 --duration 30 --summary run.json
+  rlscope-top attach 12345 --sim-lib libmysim.so:sim_step,sim_reset
+  rlscope-top demo --headless --duration 10
+  rlscope-top doctor [PID]
+"""
+
+
+def _sim_lib(text: str) -> tuple[str, list[str]]:
+    lib, _, syms = text.rpartition(":") if ":" in text and "/" not in text.rpartition(":")[2] else (text, "", "")
+    names = [s for s in syms.split(",") if s]
+    if not lib or not names:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: name the entry points, e.g. libmysim.so:sim_step,sim_reset "
+            "(list them with `nm -D --defined-only LIB`)")
+    return lib, names
+
+
+def _positive(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be > 0")
+    return v
+
+
+def _pid(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a PID (a positive whole number)")
+    return int(text)
+
+
+def _session_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--duration", type=_positive, metavar="S", help="stop after S seconds")
+    p.add_argument("--summary", metavar="FILE", help="summary JSON path (default rlscope-top-<pid>-<time>.json)")
+    p.add_argument("--headless", action="store_true", help="no live screen: print the summary at the end")
+    p.add_argument("--interval", type=_positive, default=1.0, metavar="S", help="display refresh (default 1)")
+    p.add_argument("--sim-lib", type=_sim_lib, action="append", default=[], metavar="LIB:SYM[,SYM]",
+                   help="also probe a simulator library's entry points (repeatable)")
+    p.add_argument("--ring", metavar="PATH", help="ring file path (default under /dev/shm/rlscope-top)")
+    p.add_argument("--keep-ring", action="store_true", help="keep the ring file after the session")
+    p.add_argument("--max-probes", type=int, default=catalog.MAX_PROBES, help=argparse.SUPPRESS)
+    p.add_argument("--ebpf", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("-q", "--quiet", action="store_true", help="only warnings on stderr")
+
+
+def parser() -> argparse.ArgumentParser:
+    """The argument parser (also used for --help in the README)."""
+    ap = argparse.ArgumentParser(prog="rlscope-top", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 description="Live cross-stack profiler for deep RL training: attach by PID.")
+    ap.add_argument("--version", action="version", version=f"rlscope-top {__version__}")
+    sub = ap.add_subparsers(dest="cmd", metavar="COMMAND")
+    a = sub.add_parser("attach", help="attach to a running process")
+    a.add_argument("pid", type=_pid, metavar="PID")
+    _session_args(a)
+    d = sub.add_parser("demo", help="run the built-in PPO/MuJoCo workload and attach to it")
+    _session_args(d)
+    doc = sub.add_parser("doctor", help="check that attach can work here (and what a PID maps)")
+    doc.add_argument("pid", type=_pid, nargs="?", metavar="PID")
+    return ap
+
+
+def _options(ns: argparse.Namespace, pid: int) -> Options:
+    return Options(pid=pid, duration_s=ns.duration, interval_s=ns.interval, summary_path=ns.summary,
+                   ring_path=ns.ring, keep_ring=ns.keep_ring or bool(ns.ring), sim_libs=ns.sim_lib,
+                   max_probes=ns.max_probes, quiet=ns.quiet)
+
+
+def _dispatch(ns: argparse.Namespace) -> int:
+    if ns.cmd == "doctor":
+        from .doctor import run as doctor  # noqa: PLC0415 - keep startup light
+        return doctor(ns.pid)
+    if ns.ebpf:
+        from .probes.loader import program_text  # noqa: PLC0415
+        from .session import specs_for  # noqa: PLC0415
+        print(program_text(specs_for(_options(ns, 0))), end="")
+        return 0
+    if ns.cmd == "demo":
+        from .demo import demo  # noqa: PLC0415
+        demo(_options(ns, 0))
+        return 0
+    from .session import run  # noqa: PLC0415
+    run(_options(ns, ns.pid))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `rlscope-top` console script."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0].lstrip("-").isdigit() and not argv[0].startswith("-"):
+        argv.insert(0, "attach")           # `rlscope-top PID` shorthand
+    ns = parser().parse_args(argv)
+    if ns.cmd is None:
+        parser().print_help(sys.stderr)
+        return 2
+    try:
+        return _dispatch(ns)
+    except RlscopeError as e:
+        _error(e.message, e.hint)
+        return e.code
+    except KeyboardInterrupt:
+        _error("interrupted", "")
+        return 130
+    except Exception as e:  # never a traceback for the user; RLSCOPE_DEBUG=1 shows it
+        if os.environ.get("RLSCOPE_DEBUG"):
+            raise
+        _error(f"internal error: {type(e).__name__}: {e}", "rerun with RLSCOPE_DEBUG=1 and report the traceback")
+        return EXIT_INTERNAL
+
+
+def _error(msg: str, hint: str) -> None:
+    print(f"rlscope-top: error: {msg}", file=sys.stderr)
+    if hint:
+        print(f"  hint: {hint}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,155 @@
+"""The collector: reads the probes and writes records to the ring.
+
+It is the ring's only writer. Counter records carry cumulative totals per thread
+since attach, so a reader that loses records to an overrun loses resolution, not
+totals. Record types are documented in docs/ring-format.md.
+"""
+
+from __future__ import annotations
+
+import platform
+import time
+from typing import Callable
+
+from . import records as R
+from .errors import AttachError, BccMissing, BpfCompileError
+from .probes import catalog
+from .probes.loader import EV_RANGE_BEGIN, EV_RANGE_END, BccUnavailable, ProbeSet, ThreadCounters
+from .ring import RingWriter
+from .target import command_line, thread_name, thread_running
+
+SCAN_PERIOD_S = 0.5     # new libraries are picked up within this (+ one tick)
+META_PERIOD_S = 10.0    # late readers find a meta record within this
+
+
+class Collector:
+    """Attach to one PID and stream what the probes see into a ring."""
+
+    def __init__(self, pid: int, ring: RingWriter, specs: list[catalog.ProbeSpec] | None = None,
+                 notify: Callable[[str, str], None] | None = None, interval_s: float = 1.0,
+                 max_probes: int = catalog.MAX_PROBES):
+        self.pid, self.ring, self.interval_s = pid, ring, interval_s
+        self.specs = specs if specs is not None else catalog.builtin()
+        self._notify = notify or (lambda level, msg: None)
+        self.probes = ProbeSet(pid, self.specs, max_probes=max_probes, notify=self._note)
+        self.command = command_line(pid)
+        self._names: dict[int, str] = {}
+        self._threads: dict[int, dict] = {}
+        self._open: dict[int, list[tuple[str, int]]] = {}
+        self._last_scan = self._last_meta = 0.0
+        self.t0_ns = 0
+
+    def _note(self, level: str, msg: str) -> None:
+        self._notify(level, msg)
+        if self.t0_ns:
+            self.ring.write(R.note(time.monotonic_ns(), level, msg))
+
+    # -- lifecycle ---------------------------------------------------------
+    def start(self) -> None:
+        """Compile, attach and begin counting. Raises typed errors with hints."""
+        try:
+            self.probes.load()
+        except BccUnavailable as e:
+            raise BccMissing(f"the bcc Python module is not importable: {e}", pid=self.pid,
+                             hint="run `sudo bash scripts/setup.sh` (installs python3-bpfcc) and use .venv/bin/rlscope-top") from None
+        except Exception as e:
+            raise BpfCompileError(f"cannot compile the eBPF program: {_first_line(e)}", pid=self.pid,
+                                  hint="kernel headers are missing: run `sudo bash scripts/setup.sh`, then `rlscope-top doctor`") from None
+        try:
+            self.t0_ns = self.probes.start()
+        except Exception as e:
+            self.probes.stop()
+            raise AttachError(f"cannot attach probes to PID {self.pid}: {_first_line(e)}", pid=self.pid,
+                              hint="check `rlscope-top doctor`; tracefs must be mounted and you must be root") from None
+        self._last_scan = self._last_meta = time.monotonic()
+        self.ring.write(self._meta())
+        missing = [g for g in ("torch", "cudart", "mujoco") if g not in self.probes.groups]
+        if not self.probes.groups:
+            self._note("warn", f"PID {self.pid} maps none of the known libraries (torch, cudart, libcuda, "
+                               "mujoco): counting Python and on/off-CPU time only; probes attach if one is loaded later")
+        elif missing:
+            self._note("info", "not loaded (yet): " + ", ".join(missing))
+
+    def tick(self) -> None:
+        """Pick up new libraries, drain events, and write one counters record."""
+        now = time.monotonic()
+        if now - self._last_scan >= SCAN_PERIOD_S:
+            self._last_scan = now
+            if self.probes.scan():
+                self.ring.write(self._meta())
+                self._last_meta = now
+        if now - self._last_meta >= META_PERIOD_S:
+            self._last_meta = now
+            self.ring.write(self._meta())
+        self._drain_events()
+        self.ring.write(self._counters())
+
+    def stop_counting(self, reason: str) -> None:
+        """Freeze the counters and write the final records (probes stay attached)."""
+        self.tick()
+        self.ring.write(R.end(time.monotonic_ns(), reason))
+
+    def detach(self) -> float:
+        """Remove every probe. Returns the seconds it took."""
+        t = time.monotonic()
+        self.probes.stop()
+        return time.monotonic() - t
+
+    # -- records -----------------------------------------------------------
+    def _meta(self) -> dict:
+        probes = [{"id": a.id, "group": a.spec.group, "label": a.spec.label, "kind": a.spec.kind,
+                   "category": catalog.CATEGORY_NAMES[a.spec.category], "lib": a.path,
+                   "offset": a.offset, "cost_ns": a.cost_ns} for a in self.probes.attached]
+        return R.meta(pid=self.pid, command=self.command, t0_ns=self.t0_ns,
+                      wall0=time.time() - (time.monotonic_ns() - self.t0_ns) / 1e9,
+                      interval_s=self.interval_s, probes=probes,
+                      labels=[s.label for s in self.specs],
+                      groups={g: sorted({a.path for a in self.probes.attached if a.spec.group == g})
+                              for g in self.probes.groups},
+                      missing=self.probes.missing, host=platform.node(), kernel=platform.release())
+
+    def _counters(self) -> dict:
+        now = time.monotonic_ns()
+        for tc in self.probes.threads():
+            if tc.tgid != self.pid:
+                continue
+            self._threads[tc.tid] = self._thread_record(tc, now)
+            if tc.exited:
+                self.probes.forget(tc.tid)
+        return R.counters(now, list(self._threads.values()), self.probes.hits())
+
+    def _thread_record(self, tc: ThreadCounters, now: int) -> dict:
+        ns = [list(x) for x in tc.ns]
+        if not tc.exited and now > tc.last_ts:   # time since the thread's last event
+            c = _innermost(tc.depth)
+            on = tc.run == 1 or (tc.run == 2 and thread_running(self.pid, tc.tid))
+            ns[c][0 if on else 1] += now - tc.last_ts
+        if tc.tid not in self._names:
+            self._names[tc.tid] = thread_name(self.pid, tc.tid)
+        return R.thread(tid=tc.tid, name=self._names[tc.tid],
+                        python=tc.pyflag or tc.tid == self.pid, exited=tc.exited,
+                        ns=ns, trans=tc.trans, calls=tc.calls)
+
+    def _drain_events(self) -> None:
+        items = []
+        for kind, ts, tid, name in self.probes.events():
+            stack = self._open.setdefault(tid, [])
+            if kind == EV_RANGE_BEGIN:
+                stack.append((name, ts))
+            elif kind == EV_RANGE_END and stack:
+                n, t0 = stack.pop()
+                items.append(R.interval(tid, "range", n, t0, ts))
+        if items:
+            self.ring.write(R.intervals(items))
+
+
+def _innermost(depth: list[int]) -> int:
+    for c in (catalog.CAT_CUDA, catalog.CAT_SIM, catalog.CAT_BACKEND):
+        if depth[c]:
+            return c
+    return catalog.CAT_PY
+
+
+def _first_line(e: Exception) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[-1][:200]
+

@@ -1,0 +1,87 @@
+"""`rlscope-top doctor`: can attach work on this machine, and what would it find?"""
+
+from __future__ import annotations
+
+import os
+import platform
+
+from .probes import catalog
+
+OK, FAIL, INFO = "ok", "FAIL", "info"
+
+
+def _check(name: str, good: bool, detail: str, fix: str, required: bool = True) -> tuple:
+    return (name, OK if good else (FAIL if required else INFO), detail if good else fix, required)
+
+
+def checks(pid: int | None = None) -> list[tuple]:
+    """Run every check. Each row: (name, status, detail-or-fix, required)."""
+    rows = [_check("root", os.geteuid() == 0, "running as root",
+                   "run as root or with sudo (eBPF needs CAP_BPF and CAP_PERFMON)")]
+    rows.append(_check("BTF", os.path.exists("/sys/kernel/btf/vmlinux"), "/sys/kernel/btf/vmlinux present",
+                       "kernel built without CONFIG_DEBUG_INFO_BTF; uprobes still work", required=False))
+    try:
+        import bcc  # noqa: F401, PLC0415 - optional system module
+        rows.append(_check("bcc", True, "python3-bpfcc importable", ""))
+    except Exception as e:
+        rows.append(_check("bcc", False, "", f"cannot import bcc ({e}); run `sudo bash scripts/setup.sh`"))
+    kdir = f"/lib/modules/{platform.release()}/build"
+    rows.append(_check("kernel headers", os.path.exists(os.path.join(kdir, "Makefile")), f"{kdir} -> {os.path.realpath(kdir)}",
+                       f"{kdir} missing; run `sudo bash scripts/setup.sh` (links the installed headers)"))
+    rows.append(_check("tracefs", os.path.exists("/sys/kernel/tracing/uprobe_events"), "/sys/kernel/tracing mounted",
+                       "mount it: `mount -t tracefs nodev /sys/kernel/tracing`"))
+    rows += _gpu_rows()
+    if pid is not None:
+        rows += _target_rows(pid)
+    return rows
+
+
+def _gpu_rows() -> list[tuple]:
+    dev = any(os.path.exists(p) for p in ("/dev/nvidiactl", "/dev/nvidia0"))
+    rows = [_check("GPU", dev, "NVIDIA device nodes present", "no NVIDIA GPU: GPU figures will be n/a", required=False)]
+    try:
+        import pynvml  # noqa: PLC0415 - optional extra
+        pynvml.nvmlInit()
+        rows.append(_check("NVML", True, f"driver {pynvml.nvmlSystemGetDriverVersion()}", ""))
+    except Exception as e:
+        rows.append(_check("NVML", False, "", f"NVML unavailable ({type(e).__name__}); install the `gpu` extra on a GPU host",
+                           required=False))
+    try:
+        import cupti  # noqa: F401, PLC0415 - optional extra
+        rows.append(_check("CUPTI", True, "cupti-python importable", ""))
+    except Exception:
+        rows.append(_check("CUPTI", False, "", "cupti-python not installed (`pip install .[gpu]`)", required=False))
+    return rows
+
+
+def _target_rows(pid: int) -> list[tuple]:
+    from .probes.loader import mapped_files  # noqa: PLC0415 - only needed with a PID
+    from .target import check_target, command_line  # noqa: PLC0415
+    from .errors import RlscopeError  # noqa: PLC0415
+    try:
+        check_target(pid)
+    except RlscopeError as e:
+        return [_check(f"PID {pid}", False, "", f"{e.message}; {e.hint}")]
+    paths = mapped_files(pid)
+    rows = [_check(f"PID {pid}", True, command_line(pid)[:80], "")]
+    groups: dict[str, set[str]] = {}
+    for spec in catalog.builtin():
+        for p in paths:
+            if spec.matches(p):
+                groups.setdefault(spec.group, set()).add(os.path.basename(p))
+    for g in ("torch", "cudart", "cuda-driver", "mujoco"):
+        found = groups.get(g)
+        rows.append(_check(f"  {g}", bool(found), ", ".join(sorted(found or [])),
+                           "not mapped (probes attach if it is loaded later)", required=False))
+    return rows
+
+
+def run(pid: int | None = None, out=print) -> int:
+    """Print the checks; exit code 0 when attach can work."""
+    rows = checks(pid)
+    width = max(len(r[0]) for r in rows)
+    for name, status, text, _ in rows:
+        out(f"{status:>4}  {name:<{width}}  {text}")
+    bad = [r for r in rows if r[1] == FAIL and r[3]]
+    out("attach can work" if not bad else f"attach cannot work: fix the {len(bad)} FAIL line(s) above")
+    return 0 if not bad else 1

@@ -1,0 +1,89 @@
+"""Typed errors: each carries the pid (when there is one), a hint and an exit code.
+
+Exit codes are distinct per cause so scripts can tell them apart (see README).
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_INTERNAL = 1
+EXIT_USAGE = 2
+EXIT_NO_SUCH_PROCESS = 3
+EXIT_SELF = 4
+EXIT_ZOMBIE = 5
+EXIT_KERNEL_THREAD = 6
+EXIT_NOT_ROOT = 7
+EXIT_NO_BCC = 8
+EXIT_BPF_COMPILE = 9
+EXIT_ATTACH = 10
+EXIT_RING = 11
+
+
+class RlscopeError(Exception):
+    """Base of every error shown to the user as one line plus a hint."""
+
+    code = EXIT_INTERNAL
+
+    def __init__(self, message: str, hint: str = "", pid: int | None = None):
+        super().__init__(message)
+        self.message, self.hint, self.pid = message, hint, pid
+
+
+class UsageError(RlscopeError):
+    """Bad command-line input that argparse could not catch."""
+
+    code = EXIT_USAGE
+
+
+class NoSuchProcess(RlscopeError):
+    """The PID does not exist."""
+
+    code = EXIT_NO_SUCH_PROCESS
+
+
+class SelfAttach(RlscopeError):
+    """The PID is rlscope-top itself (or its parent shell chain)."""
+
+    code = EXIT_SELF
+
+
+class ZombieProcess(RlscopeError):
+    """The PID has exited and waits to be reaped."""
+
+    code = EXIT_ZOMBIE
+
+
+class KernelThread(RlscopeError):
+    """The PID is a kernel thread: there is no user code to probe."""
+
+    code = EXIT_KERNEL_THREAD
+
+
+class NotRoot(RlscopeError):
+    """Loading BPF programs needs root (CAP_BPF and CAP_PERFMON)."""
+
+    code = EXIT_NOT_ROOT
+
+
+class BccMissing(RlscopeError):
+    """The bcc Python module cannot be imported."""
+
+    code = EXIT_NO_BCC
+
+
+class BpfCompileError(RlscopeError):
+    """bcc could not compile the program (usually missing kernel headers)."""
+
+    code = EXIT_BPF_COMPILE
+
+
+class AttachError(RlscopeError):
+    """The kernel refused a probe or tracepoint."""
+
+    code = EXIT_ATTACH
+
+
+class RingFileError(RlscopeError):
+    """A ring file that cannot be read."""
+
+    code = EXIT_RING

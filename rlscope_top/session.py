@@ -1,0 +1,116 @@
+"""One monitoring session: attach, collect into the ring, read it back, summarize.
+
+``--duration``, Ctrl-C, SIGTERM and the target exiting all end a session the same
+way: stop counting, write the final records, summarize, then detach.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import signal
+import sys
+import time
+from typing import Callable
+
+from . import summary as S
+from .accounting import Accounting
+from .collector import Collector
+from .probes import catalog
+from .ring import RingReader, RingWriter, default_path
+from .target import check_target, is_alive, require_root
+
+TICK_S = 0.25  # how often the collector reads the kernel maps
+
+
+@dataclasses.dataclass
+class Options:
+    """What a session was asked to do."""
+
+    pid: int
+    duration_s: float | None = None
+    interval_s: float = 1.0
+    summary_path: str | None = None
+    ring_path: str | None = None
+    keep_ring: bool = False
+    sim_libs: list[tuple[str, list[str]]] = dataclasses.field(default_factory=list)
+    max_probes: int = catalog.MAX_PROBES
+    quiet: bool = False
+
+
+def specs_for(opts: Options) -> list[catalog.ProbeSpec]:
+    """Built-in probes plus the user's simulator libraries."""
+    specs = catalog.builtin()
+    for lib, syms in opts.sim_libs:
+        specs += catalog.sim_lib_specs(lib, syms)
+    return specs
+
+
+class _Stop:
+    """Set by signals; the main loop polls it."""
+
+    def __init__(self):
+        self.reason: str | None = None
+
+    def __call__(self, signum, frame):
+        self.reason = {signal.SIGINT: "interrupted (Ctrl-C)", signal.SIGTERM: "terminated (SIGTERM)"}.get(
+            signum, f"signal {signum}")
+
+
+def run(opts: Options, on_tick: Callable[[Accounting], None] | None = None) -> dict:
+    """Run a headless session to its end and return the summary document."""
+    def notify(level: str, msg: str) -> None:
+        if not opts.quiet or level != "info":
+            print(f"rlscope-top: {msg}", file=sys.stderr, flush=True)
+
+    require_root()
+    check_target(opts.pid)
+    stop = _Stop()
+    old = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    ring = RingWriter(opts.ring_path or default_path(opts.pid))
+    collector = Collector(opts.pid, ring, specs_for(opts), notify=notify, interval_s=opts.interval_s,
+                          max_probes=opts.max_probes)
+    try:
+        collector.start()
+        groups = ", ".join(collector.probes.groups) or "no known libraries yet"
+        notify("status", f"attached to PID {opts.pid} ({collector.probes.n_probes()} probes: {groups}); ring {ring.path}")
+        reader, acct = RingReader(ring.path), Accounting()
+        reason = _loop(opts, collector, reader, acct, stop, on_tick)
+        collector.stop_counting(reason)
+        acct.feed(reader.poll())
+        summary = S.build(acct, ring_path=ring.path if opts.keep_ring else "", dropped=reader.dropped)
+        path = opts.summary_path or S.default_path(opts.pid)
+        S.write(summary, path)
+        detach_s = collector.detach()
+        summary["overhead"]["detach_s"] = round(detach_s, 3)
+        S.write(summary, path)
+        S.render(summary)
+        notify("status", f"detached in {detach_s:.2f}s; summary written to {path}")
+        summary["_path"] = path
+        return summary
+    finally:
+        collector.probes.stop()
+        ring.close(remove=not opts.keep_ring)
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def _loop(opts: Options, collector: Collector, reader: RingReader, acct: Accounting, stop: _Stop,
+          on_tick: Callable[[Accounting], None] | None) -> str:
+    start = time.monotonic()
+    next_tick = start + TICK_S
+    while True:
+        if stop.reason:
+            return stop.reason
+        if opts.duration_s is not None and time.monotonic() - start >= opts.duration_s:
+            return f"duration {opts.duration_s:g}s reached"
+        if not is_alive(opts.pid):
+            return "target exited"
+        now = time.monotonic()
+        if now >= next_tick:
+            collector.tick()
+            acct.feed(reader.poll())
+            if on_tick:
+                on_tick(acct)
+            next_tick = now + TICK_S
+        time.sleep(0.02)
+

@@ -1,0 +1,148 @@
+"""The snapshot summary: a stable JSON document (docs/summary-schema.md) and its table."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+
+from rich.console import Console
+from rich.table import Table
+
+from .accounting import CATEGORIES, TRANSITIONS, Accounting
+
+SCHEMA = "rlscope-top.summary/1"
+NA = None  # the one "not available" value: JSON null, shown as "n/a"
+
+
+def _s(ns: int) -> float:
+    return round(ns / 1e9, 6)
+
+
+def _figures(acct: Accounting, threads: list[dict], wall_s: float) -> dict:
+    """Totals, calls and transitions for a set of threads, NA where nothing probed it."""
+    b = acct.breakdown(threads)
+    have = acct.attached_categories()
+    split = b["split"]
+    totals = {"wall_s": round(wall_s, 6),
+              "on_cpu_s": _s(sum(v[0] for v in split.values())),
+              "off_cpu_s": _s(sum(v[1] for v in split.values()))}
+    for i, c in enumerate(CATEGORIES):
+        totals[f"{c}_s"] = _s(sum(split[c])) if c in have else NA
+    totals["gpu_s"] = NA
+    calls = {c: (b["calls"][i] if c in have else NA) for i, c in enumerate(CATEGORIES) if c != "python"}
+    trans = {}
+    for name, (a, z) in TRANSITIONS.items():
+        trans[name] = b["trans"][a][z] if CATEGORIES[z] in have else NA
+    on_off = {c: {"on_cpu_s": _s(split[c][0]), "off_cpu_s": _s(split[c][1])}
+              for c in CATEGORIES if c in have}
+    return {"totals": totals, "split": on_off, "calls": calls, "transitions": trans}
+
+
+def _shares(totals: dict) -> dict:
+    vals = {c: totals.get(f"{c}_s") or 0.0 for c in CATEGORIES}
+    tot = sum(vals.values())
+    return {c: (round(v / tot, 6) if tot else NA) for c, v in vals.items()}
+
+
+def _sources(acct: Accounting) -> dict:
+    have = acct.attached_categories()
+    src = {"wall_s": "exact", "on_cpu_s": "exact", "off_cpu_s": "exact", "python_s": "exact",
+           "gpu_s": "unavailable", "overhead.estimated_s": "estimated", "operations": "exact"}
+    for c in CATEGORIES[1:]:
+        state = "exact" if c in have else "unavailable"
+        src[f"{c}_s"] = src[f"calls.{c}"] = state
+    for name, (_, z) in TRANSITIONS.items():
+        src[f"transitions.{name}"] = "exact" if CATEGORIES[z] in have else "unavailable"
+    return src
+
+
+def build(acct: Accounting, *, ring_path: str = "", dropped: int = 0, detach_s: float | None = None) -> dict:
+    """Build the summary document from an accounting state."""
+    meta = acct.meta
+    wall_s = acct.duration_s
+    main = _figures(acct, acct.python_threads(), wall_s)
+    threads = []
+    for th in sorted(acct.threads.values(), key=lambda t: t["tid"]):
+        f = _figures(acct, [th], wall_s)["totals"]
+        threads.append({"tid": th["tid"], "name": th["name"], "python_thread": th["py"],
+                        "exited": th["exited"], **{k: v for k, v in f.items() if k not in ("wall_s", "gpu_s")}})
+    overhead_s = acct.estimated_overhead_s()
+    labels_hits = acct.probe_hits()
+    started = dt.datetime.fromtimestamp(meta.get("wall0", 0), dt.timezone.utc).isoformat(timespec="seconds")
+    return {
+        "schema": SCHEMA,
+        "pid": meta.get("pid"),
+        "command": meta.get("cmd", ""),
+        "started_at": started,
+        "duration_s": round(wall_s, 6),
+        "end_reason": acct.end_reason,
+        "window": {"t0_monotonic_ns": meta.get("t0"), "t1_monotonic_ns": acct.last_ts or None},
+        **main,
+        "shares": _shares(main["totals"]),
+        "operations": {"<all>": {**main["totals"], "calls": main["calls"], "transitions": main["transitions"]}},
+        "threads": threads,
+        "ranges": {n: {"count": r.count, "total_s": _s(r.total_ns)} for n, r in sorted(acct.ranges.items())},
+        "probes": {"attached": {g: {"libs": libs,
+                                    "probes": sum(2 if p["kind"] == "pair" else 1
+                                                  for p in meta.get("probes", []) if p["group"] == g)}
+                                for g, libs in meta.get("groups", {}).items()},
+                   "missing": meta.get("missing", {}), "hits": labels_hits},
+        "overhead": {"probe_hits": sum(acct.hits), "estimated_s": round(overhead_s, 6),
+                     "estimated_pct": round(100 * overhead_s / wall_s, 3) if wall_s else NA,
+                     "detach_s": round(detach_s, 3) if detach_s is not None else NA},
+        "ring": {"path": ring_path, "dropped": dropped},
+        "sources": _sources(acct),
+        "notes": [n["msg"] for n in acct.notes],
+    }
+
+
+def default_path(pid: int) -> str:
+    """rlscope-top-<pid>-<time>.json in the current directory."""
+    return f"rlscope-top-{pid}-{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}.json"
+
+
+def write(summary: dict, path: str) -> None:
+    """Write the summary atomically (a crash never leaves half a file)."""
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(summary, f, indent=2)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def _fmt(v, unit: str = "s") -> str:
+    if v is None:
+        return "n/a"
+    return f"{v:,.3f}{unit}" if isinstance(v, float) else f"{v:,}"
+
+
+def render(summary: dict, console: Console | None = None) -> None:
+    """Print the summary as rich tables."""
+    console = console or Console(stderr=False)
+    t = summary["totals"]
+    head = (f"rlscope-top summary  pid {summary['pid']}  {summary['duration_s']:.1f}s  "
+            f"({summary['end_reason'] or 'running'})")
+    table = Table(title=head, title_justify="left", show_edge=False)
+    for col in ("category", "time", "share", "on-CPU", "off-CPU", "calls", "source"):
+        table.add_column(col, justify="left" if col in ("category", "source") else "right")
+    for c in CATEGORIES:
+        v = t.get(f"{c}_s")
+        sp = summary["split"].get(c, {})
+        share = summary["shares"].get(c)
+        table.add_row(c.replace("_", " "), _fmt(v),
+                      "n/a" if share is None or v is None else f"{100 * share:5.1f}%",
+                      _fmt(sp.get("on_cpu_s")), _fmt(sp.get("off_cpu_s")),
+                      _fmt(summary["calls"].get(c)) if c != "python" else "",
+                      summary["sources"].get(f"{c}_s", ""))
+    table.add_row("gpu", _fmt(t["gpu_s"]), "", "", "", "", summary["sources"]["gpu_s"])
+    console.print(table)
+    tr = "  ".join(f"{k} {_fmt(v)}" for k, v in summary["transitions"].items())
+    console.print(f"transitions  {tr}")
+    oh = summary["overhead"]
+    pct = oh["estimated_pct"]
+    console.print(f"probe hits {oh['probe_hits']:,}  estimated overhead {oh['estimated_s']:.3f}s"
+                  f" ({'n/a' if pct is None else f'{pct:.2f}%'} of wall time)  ring drops {summary['ring']['dropped']}")
+    if summary["ranges"]:
+        top = sorted(summary["ranges"].items(), key=lambda kv: -kv[1]["total_s"])[:5]
+        console.print("ranges  " + "  ".join(f"{n} x{r['count']} {r['total_s']:.3f}s" for n, r in top))

@@ -1,0 +1,44 @@
+"""Shared plumbing for test targets: a ready line, go/done files, a ground-truth log."""
+
+import json
+import os
+import signal
+import sys
+import time
+
+
+def ready(extra: str = "") -> None:
+    """Tell the test we are warm and waiting."""
+    print(f"ready {os.getpid()} {extra}".strip(), flush=True)
+
+
+def wait_for(path: str, timeout: float = 120.0) -> None:
+    """Sleep (pure Python, no probed calls) until a file exists."""
+    end = time.monotonic() + timeout
+    while not os.path.exists(path):
+        if time.monotonic() > end:
+            sys.exit(f"timed out waiting for {path}")
+        time.sleep(0.01)
+
+
+def touch(path: str) -> None:
+    with open(path, "w"):
+        pass
+
+
+class Truth:
+    """Phase intervals in CLOCK_MONOTONIC ns, dumped as JSON on SIGTERM/SIGINT."""
+
+    def __init__(self, path: str):
+        self.path, self.items = path, []
+        signal.signal(signal.SIGTERM, self._dump)
+        signal.signal(signal.SIGINT, self._dump)
+
+    def add(self, kind: str, t0: int, t1: int) -> None:
+        self.items.append((kind, t0, t1))
+
+    def _dump(self, *_):
+        with open(self.path + ".tmp", "w") as f:
+            json.dump(self.items, f)
+        os.replace(self.path + ".tmp", self.path)
+        sys.exit(0)

@@ -1,0 +1,1 @@
+"""Textual app (display layer; never imports bcc)."""
