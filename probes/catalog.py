@@ -87,7 +87,7 @@ CUDA_DRIVER = [ProbeSpec("cuda-driver", _CUDA, s, CAT_CUDA, PAIR, s) for s in (
 )]
 
 MUJOCO = [ProbeSpec("mujoco", _MUJOCO, s, CAT_SIM, PAIR, s) for s in (
-    "mj_step", "mj_step1", "mj_step2", "mj_forward", "mj_inverse", "mj_resetData",
+    "mj_step", "mj_step1", "mj_step2", "mj_forward", "mj_resetData",
 )]
 
 

@@ -6,9 +6,12 @@ ring: it hands plain Python values to the collector.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes as ct
 import dataclasses
 import os
+import sys
+import tempfile
 import time
 from importlib import resources
 from typing import Callable
@@ -124,10 +127,14 @@ class ProbeSet:
 
     # -- lifecycle ---------------------------------------------------------
     def load(self) -> None:
-        """Compile the program. Raises BccUnavailable or the compiler's error."""
+        """Compile the program. Raises BccUnavailable, or RuntimeError with the compiler's words."""
         bcc = import_bcc()
         self._bcc = bcc
-        self.bpf = bcc.BPF(text=program_text(self.specs))
+        with _capture_output() as said:
+            try:
+                self.bpf = bcc.BPF(text=program_text(self.specs))
+            except Exception as e:
+                raise RuntimeError(_compiler_reason(said(), e)) from None
         self.bpf["events"].open_ring_buffer(self._on_event)
 
     def start(self) -> int:
@@ -252,6 +259,31 @@ class ProbeSet:
     def _on_event(self, ctx, data, size):
         e = self.bpf["events"].event(data)
         self._events.append((e.kind, e.ts, e.tid, e.name.decode(errors="replace")))
+
+
+@contextlib.contextmanager
+def _capture_output():
+    """Collect what libbcc/clang print on fds 1 and 2 so the user sees one line, not a log."""
+    tmp = tempfile.TemporaryFile()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    os.dup2(tmp.fileno(), 1)
+    os.dup2(tmp.fileno(), 2)
+    try:
+        yield lambda: (tmp.seek(0), tmp.read().decode(errors="replace"))[1]
+    finally:
+        for fd, old in zip((1, 2), saved):
+            os.dup2(old, fd)
+            os.close(old)
+        tmp.close()
+
+
+def _compiler_reason(log: str, e: Exception) -> str:
+    for line in log.splitlines():
+        if "kernel headers" in line or "error:" in line:
+            return line.strip()[:200]
+    return _first_line(e)
 
 
 def _first_line(e: Exception) -> str:

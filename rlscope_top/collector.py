@@ -54,7 +54,7 @@ class Collector:
                              hint="run `sudo bash scripts/setup.sh` (installs python3-bpfcc) and use .venv/bin/rlscope-top") from None
         except Exception as e:
             raise BpfCompileError(f"cannot compile the eBPF program: {_first_line(e)}", pid=self.pid,
-                                  hint="kernel headers are missing: run `sudo bash scripts/setup.sh`, then `rlscope-top doctor`") from None
+                                  hint="install or link the kernel headers: `sudo bash scripts/setup.sh`, then `rlscope-top doctor`") from None
         try:
             self.t0_ns = self.probes.start()
         except Exception as e:

@@ -144,8 +144,17 @@ class RingReader:
             raise RingError(f"{path} is ring format v{version}; this reader knows v{VERSION}")
         self.path, self.capacity = path, cap
         self.dropped = 0
-        self._next_seq: int | None = None
         self._pos = self._u64(_OFF_TAIL) if from_start else self._u64(_OFF_HEAD)
+        self._next_seq = self._seq_at(self._pos)
+
+    def _seq_at(self, pos: int) -> int | None:
+        """Seq of the record at ``pos`` (the next one written when pos is the head)."""
+        if pos >= self._u64(_OFF_HEAD):
+            return self._u64(_OFF_SEQ)
+        phys = pos % self.capacity
+        if self.capacity - phys < FRAME.size:
+            return None
+        return FRAME.unpack_from(self._mm, HEADER_SIZE + phys)[2]
 
     def _u64(self, off: int) -> int:
         return struct.unpack_from("<Q", self._mm, off)[0]

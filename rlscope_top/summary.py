@@ -138,11 +138,13 @@ def render(summary: dict, console: Console | None = None) -> None:
     table.add_row("gpu", _fmt(t["gpu_s"]), "", "", "", "", summary["sources"]["gpu_s"])
     console.print(table)
     tr = "  ".join(f"{k} {_fmt(v)}" for k, v in summary["transitions"].items())
-    console.print(f"transitions  {tr}")
+    console.print(f"transitions  {tr}", soft_wrap=True)
     oh = summary["overhead"]
     pct = oh["estimated_pct"]
     console.print(f"probe hits {oh['probe_hits']:,}  estimated overhead {oh['estimated_s']:.3f}s"
-                  f" ({'n/a' if pct is None else f'{pct:.2f}%'} of wall time)  ring drops {summary['ring']['dropped']}")
+                  f" ({'n/a' if pct is None else f'{pct:.2f}%'} of wall time)  ring drops {summary['ring']['dropped']}",
+                  soft_wrap=True)
     if summary["ranges"]:
         top = sorted(summary["ranges"].items(), key=lambda kv: -kv[1]["total_s"])[:5]
-        console.print("ranges  " + "  ".join(f"{n} x{r['count']} {r['total_s']:.3f}s" for n, r in top))
+        console.print("ranges  " + "  ".join(f"{n} x{r['count']} {r['total_s']:.3f}s" for n, r in top),
+                      soft_wrap=True)

@@ -13,7 +13,7 @@ fi
 
 # 1. Debian packages: bcc's Python module, its tools, kernel headers, tmux for the TUI tests.
 need=()
-for p in python3-bpfcc bpfcc-tools linux-headers-amd64 python3-venv tmux; do
+for p in python3-bpfcc bpfcc-tools bpftool linux-headers-amd64 python3-venv tmux gcc; do
   dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then
@@ -58,12 +58,12 @@ PIP=(.venv/bin/python -m pip install -q --disable-pip-version-check)
 # torch first and pinned: anything else resolving torch pulls GBs of CUDA wheels.
 if ! .venv/bin/python -c 'import torch, sys; sys.exit(torch.__version__.split("+")[0] != "2.13.0")' 2>/dev/null; then
   say "installing torch==2.13.0 (CPU wheel)"
-  "${PIP[@]}" "torch==2.13.0"
+  "${PIP[@]}" "torch==2.13.0" 2> >(grep -v 'is ignored' >&2)
 fi
 stamp=.venv/.rlscope-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   say "installing rlscope-top (editable) with extras demo,test"
-  "${PIP[@]}" -e ".[demo,test]"
+  "${PIP[@]}" -e ".[demo,test]" 2> >(grep -v 'is ignored' >&2)
   touch "$stamp"
 else
   say "rlscope-top already installed in .venv"

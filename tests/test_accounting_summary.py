@@ -1,0 +1,126 @@
+"""Accounting and the summary on hand-built record streams with exact answers."""
+
+from __future__ import annotations
+
+import json
+
+from rlscope_top import records as R
+from rlscope_top import summary as S
+from rlscope_top.accounting import Accounting
+
+MS = 1_000_000
+
+
+def _meta(groups):
+    probes = [{"id": 0, "group": "torch", "label": "op begin", "kind": "enter", "cost_ns": 700},
+              {"id": 1, "group": "torch", "label": "op end", "kind": "exit", "cost_ns": 700},
+              {"id": 2, "group": "mujoco", "label": "mj_step", "kind": "pair", "cost_ns": 1200}]
+    return R.meta(pid=42, command="python train.py", t0_ns=1000 * MS, wall0=1_700_000_000.0, interval_s=1.0,
+                  probes=probes, labels=["op begin", "op end", "mj_step"], groups=groups, missing={},
+                  host="h", kernel="k")
+
+
+def _thread(tid, py, ns, calls, trans, exited=False):
+    return R.thread(tid=tid, name=f"t{tid}", python=py, exited=exited, ns=ns, trans=trans, calls=calls)
+
+
+def _trans(**kw):
+    t = [[0] * 4 for _ in range(4)]
+    idx = {"py": 0, "be": 1, "sim": 2, "cuda": 3}
+    for k, v in kw.items():
+        a, b = k.split("_")
+        t[idx[a]][idx[b]] = v
+    return t
+
+
+def _stream():
+    main1 = _thread(42, True, [[300 * MS, 100 * MS], [200 * MS, 0], [100 * MS, 0], [0, 0]], [0, 23, 7, 0],
+                    _trans(py_be=23, py_sim=7))
+    main2 = _thread(42, True, [[600 * MS, 200 * MS], [400 * MS, 0], [300 * MS, 100 * MS], [0, 0]], [0, 1009, 23, 0],
+                    _trans(py_be=1009, py_sim=23))
+    worker = _thread(43, True, [[100 * MS, 0], [0, 0], [0, 0], [0, 0]], [0, 0, 0, 0], _trans(), exited=True)
+    pool = _thread(44, False, [[500 * MS, 1500 * MS], [0, 0], [0, 0], [0, 0]], [0, 0, 0, 0], _trans())
+    return [
+        _meta({"torch": ["/x/libtorch_python.so"], "mujoco": ["/x/libmujoco.so"]}),
+        R.counters(1500 * MS, [main1], [30, 30, 7]),
+        R.intervals([R.interval(42, "range", "Optimizer.step#SGD.step", 1100 * MS, 1150 * MS),
+                     R.interval(42, "range", "Optimizer.step#SGD.step", 1200 * MS, 1230 * MS)]),
+        R.counters(3000 * MS, [main2, worker, pool], [1100, 1100, 23]),
+        R.note(3000 * MS, "info", "hello"),
+        R.end(3000 * MS, "target exited"),
+    ]
+
+
+def test_totals_sum_python_threads_only():
+    a = Accounting()
+    a.feed(_stream())
+    s = S.build(a)
+    t = s["totals"]
+    assert t["wall_s"] == 2.0 and s["duration_s"] == 2.0
+    assert t["python_s"] == 0.9             # 0.8 main + 0.1 worker; the pool thread is excluded
+    assert t["backend_s"] == 0.4
+    assert t["simulator_s"] == 0.4
+    assert t["cuda_api_s"] is None and t["gpu_s"] is None
+    assert t["on_cpu_s"] == 1.4 and t["off_cpu_s"] == 0.3
+    assert s["split"]["simulator"] == {"on_cpu_s": 0.3, "off_cpu_s": 0.1}
+    assert s["calls"] == {"backend": 1009, "simulator": 23, "cuda_api": None}
+    assert s["transitions"]["python->backend"] == 1009 and s["transitions"]["python->simulator"] == 23
+    assert s["transitions"]["backend->cuda_api"] is None
+    assert abs(sum(s["shares"].values()) - 1) < 1e-6
+
+
+def test_per_thread_rows_include_native_threads():
+    a = Accounting()
+    a.feed(_stream())
+    rows = {r["tid"]: r for r in S.build(a)["threads"]}
+    assert rows[44]["python_thread"] is False and rows[44]["off_cpu_s"] == 1.5
+    assert rows[43]["exited"] is True
+
+
+def test_ranges_overhead_sources_and_end():
+    a = Accounting()
+    a.feed(_stream())
+    s = S.build(a, ring_path="/dev/shm/x", dropped=3)
+    assert s["ranges"]["Optimizer.step#SGD.step"] == {"count": 2, "total_s": 0.08}
+    assert s["overhead"]["probe_hits"] == 2223
+    assert abs(s["overhead"]["estimated_s"] - (2200 * 700 + 23 * 1200) / 1e9) < 1e-6
+    assert s["sources"]["backend_s"] == "exact" and s["sources"]["cuda_api_s"] == "unavailable"
+    assert s["sources"]["gpu_s"] == "unavailable" and s["sources"]["overhead.estimated_s"] == "estimated"
+    assert s["end_reason"] == "target exited" and s["notes"] == ["hello"]
+    assert s["ring"] == {"path": "/dev/shm/x", "dropped": 3}
+    assert s["probes"]["attached"]["mujoco"]["probes"] == 2
+    assert s["operations"]["<all>"]["calls"]["backend"] == 1009
+
+
+def test_summary_schema_keys_and_json(tmp_path):
+    a = Accounting()
+    a.feed(_stream())
+    s = S.build(a)
+    for key in ("schema", "pid", "command", "duration_s", "totals", "calls", "transitions", "operations",
+                "overhead", "sources"):
+        assert key in s
+    assert s["schema"] == "rlscope-top.summary/1"
+    assert set(s["totals"]) == {"wall_s", "on_cpu_s", "off_cpu_s", "python_s", "simulator_s", "backend_s",
+                                "cuda_api_s", "gpu_s"}
+    assert set(s["transitions"]) == {"python->backend", "python->simulator", "backend->cuda_api",
+                                     "python->cuda_api"}
+    p = tmp_path / "s.json"
+    S.write(s, str(p))
+    assert json.loads(p.read_text()) == s
+
+
+def test_render_prints_categories_and_na(capsys):
+    from rich.console import Console
+    a = Accounting()
+    a.feed(_stream())
+    S.render(S.build(a), Console(width=120, force_terminal=False))
+    out = capsys.readouterr().out
+    assert "simulator" in out and "n/a" in out and "1,009" in out and "Optimizer.step#SGD.step" in out
+
+
+def test_later_counters_replace_earlier_ones_so_drops_lose_no_totals():
+    full, lossy = Accounting(), Accounting()
+    stream = _stream()
+    full.feed(stream)
+    lossy.feed([r for r in stream if not (r["t"] == "ctr" and r["ts"] == 1500 * MS)])
+    assert S.build(full)["totals"] == S.build(lossy)["totals"]

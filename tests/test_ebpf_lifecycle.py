@@ -1,0 +1,70 @@
+"""How sessions end: Ctrl-C, SIGTERM, target exit and --duration all write the summary;
+SIGKILL leaves no probe behind."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+
+import pytest
+
+from conftest import CLI, load_summary
+
+pytestmark = pytest.mark.ebpf
+
+
+@pytest.mark.parametrize("how", ["sigint", "sigterm", "target-exit", "duration"])
+def test_every_ending_writes_the_summary(ebpf, target, monitor, tmp_path, how):
+    t = target("torch_errors.py", tmp_path / "caught", 3 if how == "target-exit" else 60)
+    extra = ("--duration", "2") if how == "duration" else ()
+    m, summary = monitor(t.pid, *extra)
+    time.sleep(1.0)
+    sig = {"sigint": signal.SIGINT, "sigterm": signal.SIGTERM}.get(how)
+    assert m.finish(sig, timeout=60) == 0, m.stderr_text
+    s = load_summary(summary)
+    expected = {"sigint": "interrupted", "sigterm": "terminated", "target-exit": "target exited",
+                "duration": "duration"}[how]
+    assert expected in s["end_reason"]
+    assert s["schema"] == "rlscope-top.summary/1"
+    assert s["totals"]["backend_s"] > 0 and s["calls"]["backend"] > 0
+    assert "summary written to" in m.stderr_text
+    assert "python" in m.stdout_text   # the printed table
+    if how != "target-exit":
+        assert t.p.poll() is None, "the target must survive the monitor"
+
+
+def _ns(proc, after: int, k: int = 15) -> float:
+    """Min time per op over k batches printed after line index `after`."""
+    end = time.monotonic() + 30
+    while len(proc.out) < after + k:
+        assert time.monotonic() < end, "target stopped printing"
+        time.sleep(0.05)
+    vals = [float(x.split()[1]) for x in proc.out[after:after + k] if x.startswith("ns ")]
+    return min(vals)
+
+
+def _our_programs() -> list[str]:
+    out = subprocess.run(["bpftool", "prog", "show"], capture_output=True, text=True, check=True).stdout
+    return [ln for ln in out.splitlines() if " name p" in ln and ("_enter" in ln or "_exit" in ln)]
+
+
+def test_sigkill_leaves_no_probe_and_target_speed_recovers(ebpf, target, monitor):
+    t = target("speed.py")
+    _ns(t, len(t.out), k=40)                   # warm up
+    base = _ns(t, len(t.out))
+    m, _ = monitor(t.pid)
+    time.sleep(0.5)
+    probed = _ns(t, len(t.out))
+    assert _our_programs(), "expected our uprobe programs while attached"
+    m.p.kill()
+    m.p.wait()
+    end = time.monotonic() + 10
+    while _our_programs():
+        assert time.monotonic() < end, f"programs left in the kernel: {_our_programs()}"
+        time.sleep(0.2)
+    # A bracket hit costs ~1 us per op; unprobed, the op returns to its base speed.
+    assert probed > base + 400, (base, probed)
+    end = time.monotonic() + 15
+    while (after := _ns(t, len(t.out))) >= base + 0.3 * (probed - base):
+        assert time.monotonic() < end, (base, probed, after)

@@ -1,0 +1,34 @@
+"""Layers talk through the ring: probes never import textual, the TUI never imports bcc."""
+
+import subprocess
+import sys
+
+import pytest
+
+CHECK = """
+import sys, importlib
+for m in {mods!r}:
+    importlib.import_module(m)
+bad = [name for name in {banned!r} if name in sys.modules]
+print(",".join(bad))
+"""
+
+
+def _loaded(mods, banned):
+    out = subprocess.run([sys.executable, "-c", CHECK.format(mods=mods, banned=banned)],
+                         capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+@pytest.mark.parametrize("mods,banned", [
+    (["rlscope_top.probes.loader", "rlscope_top.probes.catalog", "rlscope_top.collector"], ["textual"]),
+    (["rlscope_top.tui"], ["bcc"]),
+    (["rlscope_top.accounting", "rlscope_top.summary", "rlscope_top.ring", "rlscope_top.records"],
+     ["bcc", "textual"]),
+])
+def test_layer_imports(mods, banned):
+    assert _loaded(mods, banned) == ""
+
+
+def test_the_check_can_fail():
+    assert _loaded(["rlscope_top.probes.loader", "textual"], ["textual"]) == "textual"
