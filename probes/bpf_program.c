@@ -18,13 +18,18 @@
 #define EV_RANGE_BEGIN 1
 #define EV_RANGE_END 2
 #define EV_THREAD_EXIT 3
-#define EV_BACKWARD 4
+#define EV_ENTER 5
+#define EV_EXIT 6
+#define EV_ON 7
+#define EV_OFF 8
+#define EV_NEW 9
 
 struct tstate {
     u64 last_ts;
     u64 ns[NCAT * 2];         // [category * 2 + (0 on CPU, 1 off CPU)]
     u64 trans[NCAT * NCAT];   // [from * NCAT + to], counted on the outermost entry of `to`
     u64 calls[NCAT];          // outermost entries per category
+    u64 oh[NCAT];             // probe cost charged to each category (calibrated), ns
     u32 tgid;
     u32 depth[NCAT];
     u8 run;
@@ -38,7 +43,7 @@ struct event {
     u32 tid;
     u32 tgid;
     u32 kind;
-    u32 pad;
+    u32 cat;
     char name[64];
 };
 
@@ -46,7 +51,42 @@ BPF_HASH(targets, u32, u32, 256);
 BPF_HASH(threads, u32, struct tstate, 32768);
 BPF_PERCPU_ARRAY(blank, struct tstate, 1);
 BPF_PERCPU_ARRAY(hits, u64, NPROBES);
-BPF_RINGBUF_OUTPUT(events, 64);
+BPF_RINGBUF_OUTPUT(events, 256);
+
+// Calibrated cost of a hit, split by where it lands: before the timestamp (the
+// category being left) and after it (the category being entered).
+struct cost {
+    u32 enter_before;
+    u32 enter_after;
+    u32 exit_before;
+    u32 exit_after;
+};
+BPF_ARRAY(costs, struct cost, NPROBES);
+
+// Per category: 0 timed (entry and exit tracked), 1 count-only (the budget removed the
+// exit probes: entries are counted, time is estimated in user space).
+BPF_ARRAY(modes, u32, NCAT);
+
+// --timeline: stream every event as well (for short captures and to check the
+// kernel's accounting against the reference engine in user space).
+BPF_ARRAY(timeline, u32, 1);
+
+static __always_inline void tl_emit(u32 tid, u32 tgid, u64 ts, u32 kind, u32 cat) {
+    int zero = 0;
+    u32 *on = timeline.lookup(&zero);
+    if (!on || !*on)
+        return;
+    struct event *e = events.ringbuf_reserve(sizeof(struct event));
+    if (!e)
+        return;
+    e->ts = ts;
+    e->tid = tid;
+    e->tgid = tgid;
+    e->kind = kind;
+    e->cat = cat;
+    e->name[0] = 0;
+    events.ringbuf_submit(e, 0);
+}
 
 static __always_inline int cur_cat(struct tstate *s) {
     if (s->depth[CAT_CUDA]) return CAT_CUDA;
@@ -93,6 +133,11 @@ static __always_inline void hit(int id) {
         (*h)++;
 }
 
+static __always_inline void charge(struct tstate *s, int before_cat, u32 before, u32 after) {
+    s->oh[before_cat & 3] += before;
+    s->oh[cur_cat(s) & 3] += after;
+}
+
 static __always_inline int on_enter(int id, int cat) {
     u64 now = bpf_ktime_get_ns();
     struct tstate *s = self_state(now);
@@ -101,15 +146,25 @@ static __always_inline int on_enter(int id, int cat) {
     hit(id);
     advance(s, now, RUN_ON);
     s->run = RUN_ON;
+    int key = cat;
+    u32 *mode = modes.lookup(&key);
+    u32 count_only = mode ? *mode : 0;
+    if (count_only)
+        s->depth[cat & 3] = 0;   // no exit probe will come: never hold a depth
+    int from = cur_cat(s) & 3;
     if (s->depth[cat & 3] == 0) {
-        int from = cur_cat(s) & 3;
         s->trans[from * NCAT + (cat & 3)]++;
         s->calls[cat & 3]++;
     }
-    if (s->depth[cat & 3] < 1000000)
+    if (s->depth[cat & 3] < 1000000 && !count_only)
         s->depth[cat & 3]++;
     if (cat == CAT_BACKEND)
         s->pyflag = 1;
+    struct cost *c = costs.lookup(&id);
+    if (c)
+        charge(s, from, c->enter_before, c->enter_after);
+    u64 id64 = bpf_get_current_pid_tgid();
+    tl_emit((u32)id64, id64 >> 32, now, EV_ENTER, cat);
     return 0;
 }
 
@@ -123,8 +178,30 @@ static __always_inline int on_exit(int id, int cat, int count) {
         hit(id);
     advance(s, now, RUN_ON);
     s->run = RUN_ON;
+    int from = cur_cat(s) & 3;
     if (s->depth[cat & 3] > 0)
         s->depth[cat & 3]--;
+    struct cost *c = costs.lookup(&id);
+    if (c)
+        charge(s, from, c->exit_before, c->exit_after);
+    u64 id64 = bpf_get_current_pid_tgid();
+    tl_emit((u32)id64, id64 >> 32, now, EV_EXIT, cat);
+    return 0;
+}
+
+// A probe that only counts: its whole cost lands in the current category.
+static __always_inline int on_count(int id) {
+    u64 id64 = bpf_get_current_pid_tgid();
+    u32 tid = (u32)id64;
+    struct tstate *s = threads.lookup(&tid);
+    if (!s || s->exited)
+        return 0;
+    hit(id);
+    struct cost *c = costs.lookup(&id);
+    if (c) {
+        int cc = cur_cat(s) & 3;
+        charge(s, cc, c->enter_before, c->enter_after);
+    }
     return 0;
 }
 
@@ -133,7 +210,7 @@ static __always_inline int emit(struct pt_regs *ctx, int id, u32 kind, int read_
     u32 tgid = id64 >> 32;
     if (!targets.lookup(&tgid))
         return 0;
-    hit(id);
+    on_count(id);
     struct event *e = events.ringbuf_reserve(sizeof(struct event));
     if (!e)
         return 0;
@@ -141,7 +218,7 @@ static __always_inline int emit(struct pt_regs *ctx, int id, u32 kind, int read_
     e->tid = (u32)id64;
     e->tgid = tgid;
     e->kind = kind;
-    e->pad = 0;
+    e->cat = 0;
     e->name[0] = 0;
     if (read_name) {
         // record_function_enter_new(sret, const std::string& name, ...): name in rsi.
@@ -164,12 +241,14 @@ TRACEPOINT_PROBE(sched, sched_switch) {
         } else {
             advance(s, now, RUN_ON);
             s->run = RUN_OFF;
+            tl_emit(prev, tgid, now, EV_OFF, 0);
         }
     }
     s = threads.lookup(&next);
     if (s && !s->exited) {
         advance(s, now, RUN_OFF);
         s->run = RUN_ON;
+        tl_emit(next, s->tgid, now, EV_ON, 0);
     }
     return 0;
 }
@@ -190,6 +269,7 @@ TRACEPOINT_PROBE(sched, sched_process_fork) {
         s->tgid = tgid;
         s->last_ts = bpf_ktime_get_ns();
         s->run = RUN_OFF;
+        tl_emit(child, tgid, s->last_ts, EV_NEW, 0);
     }
     return 0;
 }
@@ -208,7 +288,7 @@ TRACEPOINT_PROBE(sched, sched_process_exit) {
         e->tid = tid;
         e->tgid = id >> 32;
         e->kind = EV_THREAD_EXIT;
-        e->pad = 0;
+        e->cat = 0;
         e->name[0] = 0;
         events.ringbuf_submit(e, 0);
     }

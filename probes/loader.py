@@ -19,15 +19,10 @@ from typing import Callable
 from . import catalog
 from .catalog import ENTER, EXIT, PAIR, RANGE_BEGIN, RANGE_END, COUNT, ProbeSpec
 from .prologue import cheap_offset, is_cheap_at
-
-# Cost of one hit, ns, from the brief's probe notes (kernel 6.18, this VM class);
-# `rlscope-top calibrate` replaces these with measured values.
-COST_EMULATED_NS = 700
-COST_PAIR_NS = 1200
-COST_OUT_OF_LINE_NS = 9300
-COST_PAIR_OUT_OF_LINE_NS = 9800
+from ..calibration import Calibration, load as load_calibration
 
 EV_RANGE_BEGIN, EV_RANGE_END, EV_THREAD_EXIT = 1, 2, 3
+EV_ENTER, EV_EXIT, EV_ON, EV_OFF, EV_NEW = 5, 6, 7, 8, 9
 
 
 class BccUnavailable(RuntimeError):
@@ -51,7 +46,10 @@ class Attached:
     spec: ProbeSpec
     path: str
     offset: int
-    cost_ns: int
+    emulated: bool     # the probed instruction is emulated, not stepped out of line
+    cost_ns: int       # calibrated cost of one hit, of the parts still attached
+    root_path: str = ""
+    parts: dict = dataclasses.field(default_factory=dict)   # part -> (uprobe|uretprobe, offset)
 
 
 @dataclasses.dataclass
@@ -63,6 +61,7 @@ class ThreadCounters:
     ns: list[list[int]]       # [category][on, off]
     trans: list[list[int]]    # [from][to]
     calls: list[int]
+    oh: list[int]             # calibrated probe cost charged per category, ns
     depth: list[int]
     run: int                  # 0 off CPU, 1 on CPU, 2 unknown
     last_ts: int
@@ -87,8 +86,7 @@ def program_text(specs: list[ProbeSpec]) -> str:
         elif s.kind == RANGE_END:
             out.append(f"int p{i}_range_end(struct pt_regs *ctx) {{ return emit(ctx, {i}, EV_RANGE_END, 0); }}")
         elif s.kind == COUNT:
-            out.append(f"int p{i}_count(struct pt_regs *ctx) {{ u32 t = bpf_get_current_pid_tgid() >> 32; "
-                       f"if (targets.lookup(&t)) hit({i}); return 0; }}")
+            out.append(f"int p{i}_count(struct pt_regs *ctx) {{ return on_count({i}); }}")
     return "\n".join(out) + "\n"
 
 
@@ -112,8 +110,12 @@ class ProbeSet:
     """The BPF program and the probes attached to one target process."""
 
     def __init__(self, pid: int, specs: list[ProbeSpec], max_probes: int = catalog.MAX_PROBES,
-                 notify: Callable[[str, str], None] | None = None):
+                 notify: Callable[[str, str], None] | None = None, calibration: Calibration | None = None,
+                 timeline: bool = False):
         self.pid = pid
+        self.timeline = timeline
+        self.tids0: list[int] = []
+        self.calibration = calibration or load_calibration()
         self.specs = specs
         self.max_probes = max_probes
         self.notify = notify or (lambda level, msg: None)
@@ -121,6 +123,7 @@ class ProbeSet:
         self.missing: dict[str, list[str]] = {}
         self.groups: dict[str, str] = {}          # group -> library path
         self._tried: set[tuple[int, str]] = set()
+        self.modes: dict[int, str] = {}           # category -> timed | count | off
         self._events: list[tuple] = []
         self.bpf = None
         self.t0_ns = 0
@@ -142,7 +145,10 @@ class ProbeSet:
         self.scan()
         self.t0_ns = time.monotonic_ns()
         threads = self.bpf["threads"]
-        for tid in _task_ids(self.pid):
+        if self.timeline:
+            self.bpf["timeline"][ct.c_int(0)] = ct.c_uint(1)
+        self.tids0 = _task_ids(self.pid)
+        for tid in self.tids0:
             leaf = threads.Leaf()
             leaf.tgid = self.pid
             leaf.last_ts = self.t0_ns
@@ -164,8 +170,8 @@ class ProbeSet:
 
     # -- attaching ---------------------------------------------------------
     def n_probes(self) -> int:
-        """Kernel probes attached so far."""
-        return sum(a.spec.n_attach for a in self.attached)
+        """Kernel probes attached now."""
+        return sum(len(a.parts) for a in self.attached)
 
     def scan(self) -> list[str]:
         """Attach probes to libraries mapped since the last scan. Returns new groups."""
@@ -173,7 +179,7 @@ class ProbeSet:
         paths = mapped_files(self.pid)
         for i, spec in enumerate(self.specs):
             for path in paths:
-                if (i, path) in self._tried or not spec.matches(path):
+                if (i, path) in self._tried or not spec.matches(path) or self.modes.get(spec.category) == "off":
                     continue
                 self._tried.add((i, path))
                 if self._attach(i, spec, path) and spec.group not in self.groups:
@@ -202,8 +208,49 @@ class ProbeSet:
             self.notify("warn", f"{spec.group}: cannot probe {spec.label} in {os.path.basename(path)}: "
                                 f"{_first_line(e)}")
             return False
-        self.attached.append(Attached(i, spec, path, offset, self._cost(root_path, spec, offset)))
+        emulated = self._emulated(root_path, spec.symbol, offset)
+        cost = self.calibration.cost(spec.kind, emulated)
+        self.bpf["costs"][ct.c_int(i)] = self.bpf["costs"].Leaf(*(cost[k] for k in (
+            "enter_before", "enter_after", "exit_before", "exit_after")))
+        if spec.kind == PAIR:
+            parts = {"entry": ("uprobe", 0), "exit": ("uretprobe", 0)}
+        else:
+            parts = {("exit" if spec.kind in (EXIT, RANGE_END) else "entry"): ("uprobe", offset)}
+        self.attached.append(Attached(i, spec, path, offset, emulated, self.calibration.hit_ns(spec.kind, emulated),
+                                      root_path, parts))
         return True
+
+    # -- the overhead budget's levers ------------------------------------
+    def degrade(self, cat: int) -> str:
+        """Make one category's probes cheaper: timed -> count (exits removed) -> off.
+
+        Returns:
+            The category's new mode.
+        """
+        new = {"timed": "count", "count": "off"}.get(self.modes.get(cat, "timed"), "off")
+        for a in [a for a in self.attached if a.spec.category == cat]:
+            if new == "count" and a.spec.kind in (PAIR, EXIT):
+                self._detach(a, "exit")
+            elif new == "off":
+                for part in list(a.parts):
+                    self._detach(a, part)
+        self.bpf["modes"][ct.c_int(cat)] = ct.c_uint(1)
+        self.modes[cat] = new
+        return new
+
+    def _detach(self, a: Attached, part: str) -> None:
+        if part not in a.parts:
+            return
+        how, off = a.parts.pop(part)
+        try:
+            if how == "uretprobe":
+                self.bpf.detach_uretprobe(name=a.root_path, sym=a.spec.symbol, pid=self.pid)
+            else:
+                self.bpf.detach_uprobe(name=a.root_path, sym=a.spec.symbol, sym_off=off, pid=self.pid)
+        except Exception as e:  # gone with the process already
+            self.notify("warn", f"detach {a.spec.label}: {_first_line(e)}")
+        cost = self.calibration.cost(a.spec.kind, a.emulated)
+        a.cost_ns = (cost["enter_before"] + cost["enter_after"]) if a.parts else 0
 
     def _code_at(self, path: str, sym: str, n: int = 32) -> bytes:
         _, off = self._bcc.BPF._check_path_symbol(path.encode(), sym.encode(), None, -1)
@@ -214,15 +261,12 @@ class ProbeSet:
     def _entry_offset(self, path: str, sym: str) -> int:
         return cheap_offset(self._code_at(path, sym))
 
-    def _cost(self, path: str, spec: ProbeSpec, offset: int) -> int:
+    def _emulated(self, path: str, sym: str, offset: int) -> bool:
         try:
-            code = self._code_at(path, spec.symbol)[offset:]
+            code = self._code_at(path, sym)[offset:]
         except Exception:
-            code = b""
-        cheap = bool(code) and is_cheap_at(code, 0)
-        if spec.kind == PAIR:
-            return COST_PAIR_NS if cheap else COST_PAIR_OUT_OF_LINE_NS
-        return COST_EMULATED_NS if cheap else COST_OUT_OF_LINE_NS
+            return False
+        return bool(code) and is_cheap_at(code, 0)
 
     # -- reading -----------------------------------------------------------
     def hits(self) -> list[int]:
@@ -239,6 +283,7 @@ class ProbeSet:
                 ns=[[s.ns[2 * c], s.ns[2 * c + 1]] for c in range(4)],
                 trans=[[s.trans[4 * a + b] for b in range(4)] for a in range(4)],
                 calls=[s.calls[c] for c in range(4)],
+                oh=[s.oh[c] for c in range(4)],
                 depth=[s.depth[c] for c in range(4)],
                 run=s.run, last_ts=s.last_ts, pyflag=bool(s.pyflag), exited=bool(s.exited)))
         return out
@@ -251,14 +296,14 @@ class ProbeSet:
             pass
 
     def events(self) -> list[tuple]:
-        """Drain the BPF ring buffer: (kind, ts, tid, name) tuples."""
+        """Drain the BPF ring buffer: (kind, ts, tid, name, category) tuples."""
         self.bpf.ring_buffer_consume()
         ev, self._events = self._events, []
         return ev
 
     def _on_event(self, ctx, data, size):
         e = self.bpf["events"].event(data)
-        self._events.append((e.kind, e.ts, e.tid, e.name.decode(errors="replace")))
+        self._events.append((e.kind, e.ts, e.tid, e.name.decode(errors="replace"), e.cat))
 
 
 @contextlib.contextmanager

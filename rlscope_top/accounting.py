@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 from . import records as R
+from .engine import Engine, overlap
 
 CATEGORIES = ("python", "backend", "simulator", "cuda_api")
 CAT_GROUPS = {"backend": ("torch",), "simulator": ("mujoco", "sim:"), "cuda_api": ("cudart", "cuda-driver")}
@@ -41,6 +42,9 @@ class Accounting:
         self.notes: list[dict] = []
         self.end_reason: str | None = None
         self.last_ts = 0
+        self.modes: dict[str, str] = {}          # category -> timed | count | off (budget)
+        self._snaps: dict[str, dict[str, tuple[int, dict]]] = {}
+        self.engine: Engine | None = None        # only with --timeline
 
     def feed(self, records: list[dict]) -> None:
         """Apply records in ring order."""
@@ -61,9 +65,19 @@ class Accounting:
                         st.total_ns += max(0, t1 - t0)
             elif t == R.NOTE:
                 self.notes.append(r)
+            elif t == R.EVENTS:
+                if self.engine is None:
+                    self.engine = Engine(self.meta.get("t0", 0), self.meta.get("tids0", []), keep_busy=True)
+                for ts, tid, kind, cat in r["items"]:
+                    self.engine.add(ts, tid, kind, cat)
+                self.engine.advance()
+            elif t == R.MODE:
+                self.modes[r["category"]] = r["mode"]
+                self._snaps.setdefault(r["category"], {})[r["mode"]] = (r["ts"], dict(self.threads))
             elif t == R.END:
                 self.end_reason = r["reason"]
-                self.last_ts = max(self.last_ts, r["ts"])
+                if self.engine is not None:
+                    self.engine.advance(final_ts=self.last_ts)
 
     @property
     def duration_s(self) -> float:
@@ -83,20 +97,70 @@ class Accounting:
     def breakdown(self, threads: list[dict]) -> dict:
         """Category seconds (on/off CPU), calls and transitions summed over threads."""
         split = {c: [0, 0] for c in CATEGORIES}
+        oh = {c: 0 for c in CATEGORIES}
         calls = [0, 0, 0, 0]
         trans = [[0] * 4 for _ in range(4)]
         for th in threads:
             for i, c in enumerate(CATEGORIES):
                 split[c][0] += th["ns"][i][0]
                 split[c][1] += th["ns"][i][1]
+                oh[c] += th.get("oh", (0, 0, 0, 0))[i]
                 calls[i] += th["calls"][i]
                 for j in range(4):
                     trans[i][j] += th["trans"][i][j]
-        return {"split": split, "calls": calls, "trans": trans}
+        return {"split": split, "oh": oh, "calls": calls, "trans": trans}
+
+    @staticmethod
+    def corrected(b: dict) -> dict:
+        """On/off-CPU split per category with the probes' own cost taken out of on-CPU time."""
+        return {c: [max(0, on - b["oh"][c]), off] for c, (on, off) in b["split"].items()}
 
     def python_threads(self) -> list[dict]:
         """Threads that ran Python code (the ones category totals are summed over)."""
-        return [th for th in self.threads.values() if th["py"]]
+        return [th for th in self.all_threads() if th["py"]]
+
+    def all_threads(self) -> list[dict]:
+        """Every thread, with the budget's estimates applied."""
+        if not self._snaps:
+            return list(self.threads.values())
+        return [self._estimated(th) for th in self.threads.values()]
+
+    def _estimated(self, th: dict) -> dict:
+        """Fill in what a category measured by counting (or not at all) no longer times.
+
+        Time per call comes from the timed phase before the first step; calls after
+        the probes were removed come from the call rate before that. Estimated time
+        is taken from the thread's Python time, where the kernel now puts it.
+        """
+        th = {**th, "ns": [list(x) for x in th["ns"]], "calls": list(th["calls"]),
+              "trans": [list(x) for x in th["trans"]]}
+        for cat, snaps in self._snaps.items():
+            ci = CATEGORIES.index(cat)
+            first = snaps.get("count") or snaps.get("off")
+            base = first[1].get(th["tid"])
+            if not base or not base["calls"][ci]:
+                continue
+            timed = sum(base["ns"][ci]) - base.get("oh", (0,) * 4)[ci]
+            mean = max(0, timed) / base["calls"][ci]
+            on_frac = base["ns"][ci][0] / sum(base["ns"][ci]) if sum(base["ns"][ci]) else 1.0
+            extra = th["calls"][ci] - base["calls"][ci]
+            off = snaps.get("off")
+            if off and off[1].get(th["tid"]) and off[0] > self.meta.get("t0", 0):
+                o = off[1][th["tid"]]
+                rate = o["calls"][ci] / (off[0] - self.meta.get("t0", 0))
+                more = rate * max(0, self.last_ts - off[0])
+                th["calls"][ci] += round(more)
+                for a in range(4):
+                    th["trans"][a][ci] += round(more * o["trans"][a][ci] / max(1, o["calls"][ci]))
+                extra += more
+            est = extra * mean
+            take_on = min(est * on_frac, th["ns"][0][0])
+            take_off = min(est - take_on, th["ns"][0][1])
+            th["ns"][0][0] -= take_on
+            th["ns"][0][1] -= take_off
+            th["ns"][ci][0] += take_on
+            th["ns"][ci][1] += take_off
+        return th
 
     def probe_hits(self) -> dict[str, int]:
         """Hits per probe label, summed over libraries."""
@@ -108,6 +172,22 @@ class Accounting:
         return out
 
     def estimated_overhead_s(self) -> float:
-        """Hits x per-probe cost: the time the probes themselves added to the target."""
-        cost = {p["id"]: p["cost_ns"] for p in self.meta.get("probes", [])}
-        return sum(n * cost.get(i, 0) for i, n in enumerate(self.hits)) / 1e9
+        """Calibrated probe cost charged to the target's threads, all of them."""
+        return sum(sum(th.get("oh", ())) for th in self.threads.values()) / 1e9
+
+    def timeline(self) -> dict | None:
+        """The engine's view of the Python threads (``--timeline`` only), in ns."""
+        if self.engine is None:
+            return None
+        py = {th["tid"] for th in self.threads.values() if th["py"]}
+        tot = {c: [0, 0] for c in CATEGORIES}
+        busy = []
+        for tid, st in self.engine.threads.items():
+            if tid in py:
+                for i, c in enumerate(CATEGORIES):
+                    tot[c][0] += st.ns[i][0]
+                    tot[c][1] += st.ns[i][1]
+                busy += st.busy
+        t0 = self.meta.get("t0", 0)
+        return {"split": tot, "late_events": self.engine.late,
+                "overlap": overlap(busy, [], t0, self.last_ts)}

@@ -55,6 +55,11 @@ def _session_args(p: argparse.ArgumentParser) -> None:
                    help="also probe a simulator library's entry points (repeatable)")
     p.add_argument("--ring", metavar="PATH", help="ring file path (default under /dev/shm/rlscope-top)")
     p.add_argument("--keep-ring", action="store_true", help="keep the ring file after the session")
+    p.add_argument("--max-overhead", type=_positive, default=5.0, metavar="PCT",
+                   help="probe overhead budget, %% of the target's time (default 5); hot probe sets "
+                        "fall back to counting, then to estimates")
+    p.add_argument("--timeline", action="store_true",
+                   help="also stream every probe event to the ring (costly: for short captures and checks)")
     p.add_argument("--max-probes", type=int, default=catalog.MAX_PROBES, help=argparse.SUPPRESS)
     p.add_argument("--ebpf", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("-q", "--quiet", action="store_true", help="only warnings on stderr")
@@ -73,19 +78,24 @@ def parser() -> argparse.ArgumentParser:
     _session_args(d)
     doc = sub.add_parser("doctor", help="check that attach can work here (and what a PID maps)")
     doc.add_argument("pid", type=_pid, nargs="?", metavar="PID")
+    sub.add_parser("calibrate", help="measure each probe kind's cost on this machine (needs root, gcc)")
     return ap
 
 
 def _options(ns: argparse.Namespace, pid: int) -> Options:
     return Options(pid=pid, duration_s=ns.duration, interval_s=ns.interval, summary_path=ns.summary,
                    ring_path=ns.ring, keep_ring=ns.keep_ring or bool(ns.ring), sim_libs=ns.sim_lib,
-                   max_probes=ns.max_probes, quiet=ns.quiet)
+                   max_probes=ns.max_probes, max_overhead_pct=ns.max_overhead, timeline=ns.timeline, quiet=ns.quiet)
 
 
 def _dispatch(ns: argparse.Namespace) -> int:
     if ns.cmd == "doctor":
         from .doctor import run as doctor  # noqa: PLC0415 - keep startup light
         return doctor(ns.pid)
+    if ns.cmd == "calibrate":
+        from .calibrate import run as calibrate  # noqa: PLC0415
+        calibrate()
+        return 0
     if ns.ebpf:
         from .probes.loader import program_text  # noqa: PLC0415
         from .session import specs_for  # noqa: PLC0415

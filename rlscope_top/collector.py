@@ -14,7 +14,9 @@ from typing import Callable
 from . import records as R
 from .errors import AttachError, BccMissing, BpfCompileError
 from .probes import catalog
-from .probes.loader import EV_RANGE_BEGIN, EV_RANGE_END, BccUnavailable, ProbeSet, ThreadCounters
+from .probes import loader as L
+from .probes.loader import BccUnavailable, ProbeSet, ThreadCounters
+from .budget import Budget
 from .ring import RingWriter
 from .target import command_line, thread_name, thread_running
 
@@ -27,17 +29,18 @@ class Collector:
 
     def __init__(self, pid: int, ring: RingWriter, specs: list[catalog.ProbeSpec] | None = None,
                  notify: Callable[[str, str], None] | None = None, interval_s: float = 1.0,
-                 max_probes: int = catalog.MAX_PROBES):
+                 max_probes: int = catalog.MAX_PROBES, max_overhead_pct: float = 5.0, timeline: bool = False):
         self.pid, self.ring, self.interval_s = pid, ring, interval_s
         self.specs = specs if specs is not None else catalog.builtin()
         self._notify = notify or (lambda level, msg: None)
-        self.probes = ProbeSet(pid, self.specs, max_probes=max_probes, notify=self._note)
+        self.probes = ProbeSet(pid, self.specs, max_probes=max_probes, notify=self._note, timeline=timeline)
         self.command = command_line(pid)
         self._names: dict[int, str] = {}
         self._threads: dict[int, dict] = {}
         self._open: dict[int, list[tuple[str, int]]] = {}
         self._last_scan = self._last_meta = 0.0
         self.t0_ns = 0
+        self.budget = Budget(max_overhead_pct)
 
     def _note(self, level: str, msg: str) -> None:
         self._notify(level, msg)
@@ -82,7 +85,22 @@ class Collector:
             self._last_meta = now
             self.ring.write(self._meta())
         self._drain_events()
-        self.ring.write(self._counters())
+        ctr = self._counters()
+        self.ring.write(ctr)
+        self._apply_budget(now, ctr["hits"])
+
+    def _apply_budget(self, now: float, hits: list[int]) -> None:
+        probes = [(a.id, a.spec.category, a.cost_ns) for a in self.probes.attached if a.parts]
+        d = self.budget.update(now, hits, probes, self.probes.modes)
+        if d is None:
+            return
+        name = catalog.CATEGORY_NAMES[d.category]
+        new = self.probes.degrade(d.category)
+        self.ring.write(R.mode(time.monotonic_ns(), name, new, d.overhead_pct, self.budget.max_pct))
+        how = {"count": "counting calls only; its time is now estimated",
+               "off": "probes removed; its calls and time are now estimated from earlier rates"}[new]
+        self._note("warn", f"overhead {d.overhead_pct:.1f}% > budget {self.budget.max_pct:g}%: "
+                           f"{name} ({d.category_pct:.1f}%) -> {how}")
 
     def stop_counting(self, reason: str) -> None:
         """Freeze the counters and write the final records (probes stay attached)."""
@@ -99,14 +117,17 @@ class Collector:
     def _meta(self) -> dict:
         probes = [{"id": a.id, "group": a.spec.group, "label": a.spec.label, "kind": a.spec.kind,
                    "category": catalog.CATEGORY_NAMES[a.spec.category], "lib": a.path,
-                   "offset": a.offset, "cost_ns": a.cost_ns} for a in self.probes.attached]
+                   "offset": a.offset, "emulated": a.emulated, "cost_ns": a.cost_ns}
+                  for a in self.probes.attached]
         return R.meta(pid=self.pid, command=self.command, t0_ns=self.t0_ns,
                       wall0=time.time() - (time.monotonic_ns() - self.t0_ns) / 1e9,
                       interval_s=self.interval_s, probes=probes,
                       labels=[s.label for s in self.specs],
                       groups={g: sorted({a.path for a in self.probes.attached if a.spec.group == g})
                               for g in self.probes.groups},
-                      missing=self.probes.missing, host=platform.node(), kernel=platform.release())
+                      missing=self.probes.missing, host=platform.node(), kernel=platform.release(),
+                      calibrated=self.probes.calibration.measured, max_overhead_pct=self.budget.max_pct,
+                      tids0=self.probes.tids0, timeline=self.probes.timeline)
 
     def _counters(self) -> dict:
         now = time.monotonic_ns()
@@ -128,19 +149,29 @@ class Collector:
             self._names[tc.tid] = thread_name(self.pid, tc.tid)
         return R.thread(tid=tc.tid, name=self._names[tc.tid],
                         python=tc.pyflag or tc.tid == self.pid, exited=tc.exited,
-                        ns=ns, trans=tc.trans, calls=tc.calls)
+                        ns=ns, trans=tc.trans, calls=tc.calls, oh=tc.oh)
 
     def _drain_events(self) -> None:
-        items = []
-        for kind, ts, tid, name in self.probes.events():
+        items, timeline = [], []
+        for kind, ts, tid, name, cat in self.probes.events():
+            if kind in _TIMELINE_KINDS:
+                timeline.append([ts, tid, _TIMELINE_KINDS[kind], cat])
+                continue
             stack = self._open.setdefault(tid, [])
-            if kind == EV_RANGE_BEGIN:
+            if kind == L.EV_RANGE_BEGIN:
                 stack.append((name, ts))
-            elif kind == EV_RANGE_END and stack:
+            elif kind == L.EV_RANGE_END and stack:
                 n, t0 = stack.pop()
                 items.append(R.interval(tid, "range", n, t0, ts))
+            elif kind == L.EV_THREAD_EXIT and self.probes.timeline:
+                timeline.append([ts, tid, "gone", 0])
         if items:
             self.ring.write(R.intervals(items))
+        for i in range(0, len(timeline), 20000):     # keep each record well under the ring's size
+            self.ring.write(R.events(timeline[i:i + 20000]))
+
+
+_TIMELINE_KINDS = {L.EV_ENTER: "enter", L.EV_EXIT: "exit", L.EV_ON: "on", L.EV_OFF: "off", L.EV_NEW: "new"}
 
 
 def _innermost(depth: list[int]) -> int:

@@ -7,25 +7,30 @@ nanoseconds (the clock BPF's bpf_ktime_get_ns uses) unless a key says otherwise.
 from __future__ import annotations
 
 FORMAT = 1
-META, COUNTERS, INTERVALS, NOTE, END = "meta", "ctr", "iv", "note", "end"
+META, COUNTERS, INTERVALS, NOTE, END, MODE, EVENTS = "meta", "ctr", "iv", "note", "end", "mode", "ev"
 
 
 def meta(*, pid: int, command: str, t0_ns: int, wall0: float, interval_s: float, probes: list[dict],
-         labels: list[str], groups: dict, missing: dict, host: str, kernel: str) -> dict:
-    """Session facts: target, window start, attached probes."""
+         labels: list[str], groups: dict, missing: dict, host: str, kernel: str,
+         calibrated: bool = False, max_overhead_pct: float | None = None, tids0: list | None = None,
+         timeline: bool = False) -> dict:
+    """Session facts: target, window start, attached probes, whether costs were calibrated."""
     return {"t": META, "v": FORMAT, "pid": pid, "cmd": command, "t0": t0_ns, "wall0": wall0,
             "interval_s": interval_s, "probes": probes, "labels": labels, "groups": groups,
-            "missing": missing, "host": host, "kernel": kernel}
+            "missing": missing, "host": host, "kernel": kernel, "calibrated": calibrated,
+            "max_overhead_pct": max_overhead_pct, "tids0": tids0 or [], "timeline": timeline}
 
 
-def thread(*, tid: int, name: str, python: bool, exited: bool, ns: list, trans: list, calls: list) -> dict:
+def thread(*, tid: int, name: str, python: bool, exited: bool, ns: list, trans: list, calls: list,
+           oh: list) -> dict:
     """Cumulative counters of one thread since attach.
 
     ``ns[c] = [on_cpu, off_cpu]`` for categories python, backend, simulator, cuda_api;
-    ``trans[a][b]`` counts entries into b from a; ``calls[c]`` outermost entries.
+    ``trans[a][b]`` counts entries into b from a; ``calls[c]`` outermost entries;
+    ``oh[c]`` calibrated probe cost that landed in category c (on-CPU ns).
     """
     return {"tid": tid, "name": name, "py": python, "exited": exited, "ns": ns, "trans": trans,
-            "calls": calls}
+            "calls": calls, "oh": oh}
 
 
 def counters(ts: int, threads: list[dict], hits: list[int]) -> dict:
@@ -51,3 +56,14 @@ def note(ts: int, level: str, msg: str) -> dict:
 def end(ts: int, reason: str) -> dict:
     """The session ended; counters are final."""
     return {"t": END, "ts": ts, "reason": reason}
+
+
+def mode(ts: int, category: str, new_mode: str, overhead_pct: float, budget_pct: float) -> dict:
+    """The budget changed how a category is measured (timed, count or off)."""
+    return {"t": MODE, "ts": ts, "category": category, "mode": new_mode, "overhead_pct": overhead_pct,
+            "budget_pct": budget_pct}
+
+
+def events(items: list[list]) -> dict:
+    """Timeline events (``--timeline``): [ts, tid, enter|exit|on|off|new|gone, category]."""
+    return {"t": EVENTS, "items": items}

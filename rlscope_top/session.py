@@ -34,6 +34,8 @@ class Options:
     keep_ring: bool = False
     sim_libs: list[tuple[str, list[str]]] = dataclasses.field(default_factory=list)
     max_probes: int = catalog.MAX_PROBES
+    max_overhead_pct: float = 5.0
+    timeline: bool = False
     quiet: bool = False
 
 
@@ -68,7 +70,8 @@ def run(opts: Options, on_tick: Callable[[Accounting], None] | None = None) -> d
     old = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
     ring = RingWriter(opts.ring_path or default_path(opts.pid))
     collector = Collector(opts.pid, ring, specs_for(opts), notify=notify, interval_s=opts.interval_s,
-                          max_probes=opts.max_probes)
+                          max_probes=opts.max_probes, max_overhead_pct=opts.max_overhead_pct,
+                          timeline=opts.timeline)
     try:
         collector.start()
         groups = ", ".join(collector.probes.groups) or "no known libraries yet"

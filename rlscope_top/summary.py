@@ -23,20 +23,28 @@ def _figures(acct: Accounting, threads: list[dict], wall_s: float) -> dict:
     """Totals, calls and transitions for a set of threads, NA where nothing probed it."""
     b = acct.breakdown(threads)
     have = acct.attached_categories()
-    split = b["split"]
-    totals = {"wall_s": round(wall_s, 6),
-              "on_cpu_s": _s(sum(v[0] for v in split.values())),
-              "off_cpu_s": _s(sum(v[1] for v in split.values()))}
-    for i, c in enumerate(CATEGORIES):
-        totals[f"{c}_s"] = _s(sum(split[c])) if c in have else NA
-    totals["gpu_s"] = NA
+    totals = _totals(acct.corrected(b), have, wall_s)
+    raw = _totals(b["split"], have, wall_s)
+    split = acct.corrected(b)
     calls = {c: (b["calls"][i] if c in have else NA) for i, c in enumerate(CATEGORIES) if c != "python"}
     trans = {}
     for name, (a, z) in TRANSITIONS.items():
         trans[name] = b["trans"][a][z] if CATEGORIES[z] in have else NA
     on_off = {c: {"on_cpu_s": _s(split[c][0]), "off_cpu_s": _s(split[c][1])}
               for c in CATEGORIES if c in have}
-    return {"totals": totals, "split": on_off, "calls": calls, "transitions": trans}
+    return {"totals": totals, "raw": {k: v for k, v in raw.items() if k not in ("wall_s", "gpu_s")},
+            "split": on_off, "calls": calls, "transitions": trans,
+            "correction_s": {c: _s(b["oh"][c]) for c in CATEGORIES if c in have}}
+
+
+def _totals(split: dict, have: set, wall_s: float) -> dict:
+    totals = {"wall_s": round(wall_s, 6),
+              "on_cpu_s": _s(sum(v[0] for v in split.values())),
+              "off_cpu_s": _s(sum(v[1] for v in split.values()))}
+    for c in CATEGORIES:
+        totals[f"{c}_s"] = _s(sum(split[c])) if c in have else NA
+    totals["gpu_s"] = NA
+    return totals
 
 
 def _shares(totals: dict) -> dict:
@@ -54,6 +62,13 @@ def _sources(acct: Accounting) -> dict:
         src[f"{c}_s"] = src[f"calls.{c}"] = state
     for name, (_, z) in TRANSITIONS.items():
         src[f"transitions.{name}"] = "exact" if CATEGORIES[z] in have else "unavailable"
+    for cat, mode in acct.modes.items():      # the budget made these cheaper
+        src[f"{cat}_s"] = src["python_s"] = "estimated"
+        if mode == "off":
+            src[f"calls.{cat}"] = "estimated"
+            for name, (_, z) in TRANSITIONS.items():
+                if CATEGORIES[z] == cat:
+                    src[f"transitions.{name}"] = "estimated"
     return src
 
 
@@ -62,8 +77,9 @@ def build(acct: Accounting, *, ring_path: str = "", dropped: int = 0, detach_s: 
     meta = acct.meta
     wall_s = acct.duration_s
     main = _figures(acct, acct.python_threads(), wall_s)
+    correction = main.pop("correction_s")
     threads = []
-    for th in sorted(acct.threads.values(), key=lambda t: t["tid"]):
+    for th in sorted(acct.all_threads(), key=lambda t: t["tid"]):
         f = _figures(acct, [th], wall_s)["totals"]
         threads.append({"tid": th["tid"], "name": th["name"], "python_thread": th["py"],
                         "exited": th["exited"], **{k: v for k, v in f.items() if k not in ("wall_s", "gpu_s")}})
@@ -90,11 +106,25 @@ def build(acct: Accounting, *, ring_path: str = "", dropped: int = 0, detach_s: 
                    "missing": meta.get("missing", {}), "hits": labels_hits},
         "overhead": {"probe_hits": sum(acct.hits), "estimated_s": round(overhead_s, 6),
                      "estimated_pct": round(100 * overhead_s / wall_s, 3) if wall_s else NA,
+                     "by_category_s": correction,
+                     "calibrated": bool(meta.get("calibrated")),
                      "detach_s": round(detach_s, 3) if detach_s is not None else NA},
+        "budget": {"max_overhead_pct": meta.get("max_overhead_pct"), "modes": dict(acct.modes)},
+        "timeline": _timeline(acct),
         "ring": {"path": ring_path, "dropped": dropped},
         "sources": _sources(acct),
         "notes": [n["msg"] for n in acct.notes],
     }
+
+
+def _timeline(acct: Accounting) -> dict | None:
+    tl = acct.timeline()
+    if tl is None:
+        return NA
+    return {"totals": {f"{c}_s": _s(sum(v)) for c, v in tl["split"].items()},
+            "split": {c: {"on_cpu_s": _s(v[0]), "off_cpu_s": _s(v[1])} for c, v in tl["split"].items()},
+            "late_events": tl["late_events"],
+            "overlap_s": {k: _s(v) for k, v in tl["overlap"].items()}}
 
 
 def default_path(pid: int) -> str:

@@ -47,6 +47,18 @@ def ebpf():
 
 
 @pytest.fixture(scope="session")
+def calibration_file(tmp_path_factory) -> str:
+    """Run the real `rlscope-top calibrate` once per test session into a private file."""
+    if ebpf_problem():
+        pytest.skip("eBPF unavailable")   # the `ebpf` gate of the test using this fails it in CI
+    path = str(tmp_path_factory.mktemp("calib") / "calibration.json")
+    p = subprocess.run([*CLI, "calibrate"], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "RLSCOPE_CALIBRATION": path})
+    assert p.returncode == 0, p.stderr
+    return path
+
+
+@pytest.fixture(scope="session")
 def simlib(tmp_path_factory) -> str:
     """The native simulator library, compiled with gcc for this run."""
     out = tmp_path_factory.mktemp("native") / "libtoysim.so"
@@ -154,9 +166,10 @@ def target(spawn):
 def monitor(spawn, tmp_path):
     """Run the real CLI against a PID and wait until it says `attached`."""
 
-    def _monitor(pid: int, *extra: str) -> tuple[Proc, Path]:
+    def _monitor(pid: int, *extra: str, env: dict | None = None) -> tuple[Proc, Path]:
         summary = tmp_path / f"summary-{pid}.json"
-        m = spawn([*CLI, "attach", str(pid), "--summary", str(summary), *extra], cwd=str(tmp_path))
+        m = spawn([*CLI, "attach", str(pid), "--summary", str(summary), *extra], cwd=str(tmp_path),
+                  env={**os.environ, **(env or {})})
         m.wait_line("attached to PID", stream="stderr", timeout=60)
         return m, summary
 

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from conftest import load_summary, stop
+from truth import truth_shares
 
 pytestmark = pytest.mark.ebpf
 
@@ -28,15 +29,14 @@ def test_known_count_1009_torch_mm(ebpf, target, monitor, tmp_path):
     assert s["sources"]["calls.backend"] == "exact"
 
 
-@pytest.mark.parametrize("py_ms,sim_ms,torch_ms", [(10, 6, 4)])
-def test_known_split_python_simulator_torch(ebpf, target, monitor, tmp_path, simlib, py_ms, sim_ms, torch_ms):
+def test_known_split_python_simulator_torch(ebpf, target, monitor, tmp_path, simlib):
     truth_path = tmp_path / "truth.json"
-    t = target("mix.py", simlib, truth_path, py_ms, sim_ms, torch_ms)
+    t = target("known_split.py", simlib, truth_path, "--py-us", 10000, "--sim-us", 6000, "--ops", 40)
     m, summary = monitor(t.pid, "--sim-lib", f"{simlib}:sim_step,sim_reset", "--duration", "6")
     assert m.finish(timeout=60) == 0, m.stderr_text
     t.finish(signal.SIGTERM)
     s = load_summary(summary)
-    truth = _truth_in_window(json.loads(truth_path.read_text()), s["window"])
+    truth = truth_shares(json.loads(truth_path.read_text()), s["window"])
     ours = {c: s["totals"][f"{c}_s"] for c in ("python", "simulator", "backend")}
     tot_ours = sum(ours.values())
     for c in ours:
@@ -96,17 +96,3 @@ def _wait_file(path, timeout=30.0):
     while not path.exists():
         assert time.monotonic() < end, f"{path} never appeared"
         time.sleep(0.02)
-
-
-def _truth_in_window(items, window) -> dict:
-    """Ground-truth shares of each phase, cut to the monitor's window."""
-    t0, t1 = window["t0_monotonic_ns"], window["t1_monotonic_ns"]
-    tot = {"python": 0, "simulator": 0, "backend": 0}
-    for kind, a, b in items:
-        a, b = max(a, t0), min(b, t1)
-        if b > a:
-            tot[kind] += b - a
-    # time between logged phases (loop overhead) is Python in the target's own terms
-    tot["python"] += max(0, (t1 - t0) - sum(tot.values()))
-    whole = sum(tot.values())
-    return {k: v / whole for k, v in tot.items()}

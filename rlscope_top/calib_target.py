@@ -1,0 +1,69 @@
+"""The process `rlscope-top calibrate` measures: runs loops on request over stdin.
+
+Commands (one per line): ``loop MODE N K`` runs N iterations and answers with a
+JSON line {loop_ns, body_ns}; ``pingpong N`` runs N round trips between two threads
+and answers {loop_ns, switches}. Modes: bracket, bracket_ool, pair, pair_ool.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import resource
+import sys
+import threading
+import time
+
+
+def _pingpong(n: int) -> dict:
+    a, b = os.pipe(), os.pipe()
+
+    def echo():
+        for _ in range(n):
+            os.write(b[1], os.read(a[0], 1))
+
+    t = threading.Thread(target=echo)
+    t.start()
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    t0 = time.perf_counter_ns()
+    for _ in range(n):
+        os.write(a[1], b"x")
+        os.read(b[0], 1)
+    dt = time.perf_counter_ns() - t0
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    t.join()
+    for fd in (*a, *b):
+        os.close(fd)
+    return {"loop_ns": dt, "switches": (after.ru_nvcsw - before.ru_nvcsw) + (after.ru_nivcsw - before.ru_nivcsw)}
+
+
+def main() -> None:
+    """Serve loop requests until stdin closes."""
+    lib = ctypes.CDLL(sys.argv[1])
+    lib.cal_body_ns.restype = ctypes.c_ulonglong
+    for f in (lib.cal_push, lib.cal_ool, lib.cal_bracket, lib.cal_bracket_ool):
+        f.argtypes, f.restype = [ctypes.c_long], ctypes.c_long
+    loops = {
+        "pair": lambda k: lib.cal_push(k),
+        "pair_ool": lambda k: lib.cal_ool(k),
+        "bracket": lambda k: lib.cal_bracket(k),
+        "bracket_ool": lambda k: lib.cal_bracket_ool(k),
+    }
+    print("ready", flush=True)
+    for line in sys.stdin:
+        cmd = line.split()
+        if cmd[0] == "pingpong":
+            print(json.dumps(_pingpong(int(cmd[1]))), flush=True)
+            continue
+        fn, n, k = loops[cmd[1]], int(cmd[2]), int(cmd[3])
+        lib.cal_reset()
+        t0 = time.perf_counter_ns()
+        for _ in range(n):
+            fn(k)
+        dt = time.perf_counter_ns() - t0
+        print(json.dumps({"loop_ns": dt, "body_ns": lib.cal_body_ns()}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,143 @@
+"""`rlscope-top calibrate`: measure what each probe kind costs on this machine.
+
+Differential runs, alternating unprobed and probed, on a calibration library whose
+entry points start with a known instruction (probes/calib.c): emulated `push` or an
+out-of-line RIP-relative `lea`. The probed run's own in-kernel accounting tells how
+much of each hit's cost lands inside the probed region; the rest lands in the caller.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from importlib import resources
+
+from . import calibration
+from .errors import RlscopeError
+from .probes.catalog import CAT_SIM, ENTER, EXIT, PAIR, ProbeSpec
+from .probes.loader import ProbeSet
+from .target import require_root
+
+N_CALLS = 20011          # prime, so a miscount cannot hide in a round number
+K_WORK = 400             # body of about 0.5 us
+REPEATS = 5
+LIB_RE = r"^libcal\.so$"
+
+MODES = {  # calibration kind -> (target loop, probes)
+    "bracket": ("bracket", [("cal_begin", ENTER), ("cal_end", EXIT)]),
+    "bracket_ool": ("bracket_ool", [("cal_begin_ool", ENTER), ("cal_end_ool", EXIT)]),
+    "pair": ("pair", [("cal_push", PAIR)]),
+    "pair_ool": ("pair_ool", [("cal_ool", PAIR)]),
+}
+
+
+class CalibrationError(RlscopeError):
+    """Calibration could not run."""
+
+
+def _build_lib(workdir: str) -> str:
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if not cc:
+        raise CalibrationError("no C compiler to build the calibration library",
+                               hint="install gcc (`apt-get install gcc`) and run calibrate again")
+    src = resources.files("rlscope_top.probes").joinpath("calib.c")
+    out = f"{workdir}/libcal.so"
+    with resources.as_file(src) as p:
+        subprocess.run([cc, "-O1", "-shared", "-fPIC", "-o", out, str(p)], check=True)
+    return out
+
+
+class _Target:
+    def __init__(self, lib: str):
+        self.p = subprocess.Popen([sys.executable, "-m", "rlscope_top.calib_target", lib],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert self.p.stdout.readline().strip() == "ready"
+
+    def ask(self, line: str) -> dict:
+        self.p.stdin.write(line + "\n")
+        self.p.stdin.flush()
+        return json.loads(self.p.stdout.readline())
+
+    def close(self):
+        self.p.stdin.close()
+        self.p.wait(10)
+
+
+def _zero() -> calibration.Calibration:
+    zero = {k: {kk: 0 for kk in v} for k, v in calibration.DEFAULT_KINDS.items()}
+    return calibration.Calibration(zero, False, "zero")
+
+
+def _sim_ns(ps: ProbeSet, pid: int) -> tuple[int, int]:
+    """(simulator on-CPU ns, simulator calls) summed over the target's threads."""
+    ths = [t for t in ps.threads() if t.tgid == pid]
+    return sum(t.ns[CAT_SIM][0] for t in ths), sum(t.calls[CAT_SIM] for t in ths)
+
+
+def _measure_mode(t: _Target, kind: str, say) -> dict:
+    loop, probes = MODES[kind]
+    specs = [ProbeSpec("calib", LIB_RE, sym, CAT_SIM, k, sym) for sym, k in probes]
+    base, probed, inside = [], [], []
+    for _ in range(REPEATS):
+        base.append(t.ask(f"loop {loop} {N_CALLS} {K_WORK}")["loop_ns"] / N_CALLS)
+        ps = ProbeSet(t.p.pid, specs, calibration=_zero())
+        ps.load()
+        ps.start()
+        try:
+            s0, c0 = _sim_ns(ps, t.p.pid)
+            r = t.ask(f"loop {loop} {N_CALLS} {K_WORK}")
+            s1, c1 = _sim_ns(ps, t.p.pid)
+        finally:
+            ps.stop()
+        if c1 - c0 != N_CALLS:
+            raise CalibrationError(f"{kind}: probes saw {c1 - c0} calls, expected {N_CALLS}",
+                                   hint="another monitor may be attached; try again")
+        probed.append(r["loop_ns"] / N_CALLS)
+        inside.append((s1 - s0 - r["body_ns"]) / N_CALLS)
+    b, p = statistics.median(base), statistics.median(probed)
+    total = max(0.0, p - b)
+    say(f"{kind:>10}: {b:8.0f} ns/call unprobed, {p:8.0f} probed -> {total:6.0f} ns per call")
+    ins = max(0, min(round(statistics.median(inside)), round(total)))
+    return {"outside": round(total) - ins, "inside": ins}
+
+
+def _measure_sched(t: _Target, say) -> dict:
+    n = 20011
+    base, probed = [], []
+    for _ in range(3):
+        r = t.ask(f"pingpong {n}")
+        base.append(r["loop_ns"] / max(1, r["switches"]))
+        ps = ProbeSet(t.p.pid, [], calibration=_zero())
+        ps.load()
+        ps.start()
+        try:
+            r = t.ask(f"pingpong {n}")
+        finally:
+            ps.stop()
+        probed.append(r["loop_ns"] / max(1, r["switches"]))
+    cost = max(0, round(statistics.median(probed) - statistics.median(base)))
+    say(f"{'sched':>10}: {statistics.median(base):8.0f} ns/switch unprobed, "
+        f"{statistics.median(probed):8.0f} probed -> {cost:6.0f} ns per switch")
+    return {"per_switch": cost}
+
+
+def run(say=print) -> dict:
+    """Measure every probe kind, store the result for this machine, return it."""
+    require_root()
+    with tempfile.TemporaryDirectory() as d:
+        t = _Target(_build_lib(d))
+        try:
+            kinds = {k: _measure_mode(t, k, say) for k in MODES}
+            kinds["sched_switch"] = _measure_sched(t, say)
+        finally:
+            t.close()
+    details = {"n_calls": N_CALLS, "repeats": REPEATS, "k_work": K_WORK}
+    path = calibration.save(kinds, details)
+    say(f"saved for '{calibration.machine_key()}' in {path}")
+    return kinds
+
+

@@ -1,0 +1,114 @@
+"""Per-machine probe costs: what one hit of each probe kind adds to the target.
+
+`rlscope-top calibrate` measures them (rlscope_top/calibrate.py) and stores them here,
+keyed by kernel release and CPU model. Until then the defaults below, measured on
+the development VM class (kernel 6.18, see the brief's probe notes), are used and
+the correction is labelled uncalibrated.
+
+Where a call's probe cost lands: each trap is split around the timestamp the BPF
+program takes; the part before it lands in the category being left, the part after
+in the category being entered. Calibration measures, per call, the two totals that
+matter: ``inside`` (lands in the probed region's category) and ``outside`` (lands in
+the caller's), for a begin/end bracket of entry probes and for a uprobe+uretprobe
+pair, each on an emulated and on an out-of-line first instruction.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+
+SCHEMA = "rlscope-top.calibration/1"
+DEFAULT_PATH = "/var/lib/rlscope-top/calibration.json"
+
+DEFAULT_KINDS = {  # ns per call; measured on the development VM class (kernel 6.18)
+    "bracket": {"outside": 1330, "inside": 790},      # entry probes on begin and end, emulated
+    "bracket_ool": {"outside": 10000, "inside": 10000},
+    "pair": {"outside": 1450, "inside": 940},          # uprobe + uretprobe, emulated first instruction
+    "pair_ool": {"outside": 1130, "inside": 9500},
+    "sched_switch": {"per_switch": 0},
+}
+
+
+def machine_key() -> str:
+    """Kernel release and CPU model: the key under which probe costs hold."""
+    model = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "")
+    except OSError:
+        pass
+    return f"{os.uname().release} | {model}"
+
+
+def path() -> str:
+    """Where calibrations live (RLSCOPE_CALIBRATION overrides)."""
+    return os.environ.get("RLSCOPE_CALIBRATION", DEFAULT_PATH)
+
+
+@dataclasses.dataclass
+class Calibration:
+    """Costs in ns per hit for each probe kind, and whether they were measured here."""
+
+    kinds: dict
+    measured: bool
+    key: str
+
+    def cost(self, kind: str, emulated: bool) -> dict:
+        """The 4-way split used by the BPF program for one catalog probe kind.
+
+        Args:
+            kind: catalog kind (pair, enter, exit, count, range_begin, range_end).
+            emulated: whether the probed instruction is emulated (cheap) or stepped out of line.
+        """
+        base = "pair" if kind == "pair" else "bracket"
+        k = self.kinds[base if emulated else base + "_ool"]
+        o, i = k["outside"], k["inside"]
+        if kind in ("pair", "enter", "exit"):     # a bracket's two probes share its cost
+            return {"enter_before": o // 2, "enter_after": i // 2,
+                    "exit_before": i - i // 2, "exit_after": o - o // 2}
+        half = (o + i) // 4                        # a lone probe: half a bracket, all in one category
+        return {"enter_before": half, "enter_after": half, "exit_before": half, "exit_after": half}
+
+    def hit_ns(self, kind: str, emulated: bool) -> int:
+        """Total cost of one hit (a pair counts both of its probes)."""
+        c = self.cost(kind, emulated)
+        if kind == "pair":
+            return sum(c.values())
+        return c["exit_before"] + c["exit_after"] if kind == "exit" else c["enter_before"] + c["enter_after"]
+
+
+def load() -> Calibration:
+    """This machine's measured costs, or the defaults."""
+    key = machine_key()
+    try:
+        with open(path()) as f:
+            data = json.load(f)
+        entry = data.get("machines", {}).get(key)
+        if data.get("schema") == SCHEMA and entry:
+            return Calibration({**DEFAULT_KINDS, **entry["kinds"]}, True, key)
+    except (OSError, ValueError):
+        pass
+    return Calibration(dict(DEFAULT_KINDS), False, key)
+
+
+def save(kinds: dict, details: dict) -> str:
+    """Store measured costs for this machine, keeping other machines' entries."""
+    p = path()
+    data = {"schema": SCHEMA, "machines": {}}
+    try:
+        with open(p) as f:
+            old = json.load(f)
+        if old.get("schema") == SCHEMA:
+            data = old
+    except (OSError, ValueError):
+        pass
+    data["machines"][machine_key()] = {"kinds": kinds, "details": details, "measured_at": time.time()}
+    os.makedirs(os.path.dirname(p), exist_ok=True)
+    tmp = p + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=2)
+    os.replace(tmp, p)
+    return p

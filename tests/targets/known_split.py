@@ -1,0 +1,96 @@
+"""Known-answer workload: cycles of pure Python, a native simulator call and torch ops.
+
+Each phase is logged with CLOCK_MONOTONIC bounds, per thread, so the ground truth
+can be cut to exactly the monitor's window. Dumped as JSON on SIGTERM/SIGINT.
+
+usage: known_split.py SIMLIB TRUTH --py-us N --sim-us N --ops N --op-size N [--threads N]
+"""
+
+import argparse
+import ctypes
+import json
+import os
+import signal
+import sys
+import threading
+import time
+
+import torch
+
+ap = argparse.ArgumentParser()
+ap.add_argument("simlib")
+ap.add_argument("truth")
+ap.add_argument("--py-us", type=float, default=10000)
+ap.add_argument("--py-iters", type=int, default=0, help="fixed-work Python phase (overrides --py-us)")
+ap.add_argument("--sim-us", type=float, default=6000)
+ap.add_argument("--ops", type=int, default=40, help="torch ops per cycle")
+ap.add_argument("--op-size", type=int, default=96, help="square matrix size of each torch.mm")
+ap.add_argument("--threads", type=int, default=1)
+args = ap.parse_args()
+
+lib = ctypes.CDLL(args.simlib)
+lib.sim_step.argtypes, lib.sim_step.restype = [ctypes.c_double], ctypes.c_double
+torch.set_num_threads(1)
+mono = time.monotonic_ns
+logs: list[list] = []
+stop = threading.Event()
+
+
+def python_phase(seconds: float) -> int:
+    x = 0
+    if args.py_iters:              # fixed work: takes the same time probed or not
+        for i in range(args.py_iters):
+            x += i * i
+        return x
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        for i in range(20):
+            x += i * i
+    return x
+
+
+def worker() -> None:
+    log: list = []
+    logs.append(log)
+    a = torch.randn(args.op_size, args.op_size)
+    tid = threading.get_native_id()
+    while not stop.is_set():
+        t0 = mono(); python_phase(args.py_us / 1e6); t1 = mono()
+        log.append(("python", tid, t0, t1))
+        if args.sim_us:
+            t0 = mono(); lib.sim_step(args.sim_us / 1e6); t1 = mono()
+            log.append(("simulator", tid, t0, t1))
+        for _ in range(args.ops):
+            t0 = mono(); r = torch.mm(a, a); t1 = mono()
+            log.append(("backend", tid, t0, t1))
+            del r     # the tensor is freed outside the op binding: Python time (see README limits)
+
+
+def timer_cost() -> int:
+    """What one mono() call adds to a logged interval (median of back-to-back pairs)."""
+    d = []
+    for _ in range(2001):
+        t0 = mono(); t1 = mono()
+        d.append(t1 - t0)
+    return sorted(d)[len(d) // 2]
+
+
+TIMER_NS = timer_cost()
+
+
+def dump(*_):
+    stop.set()
+    items = [x for log in logs for x in list(log)] + [("timer_ns", 0, TIMER_NS, 0)]
+    with open(args.truth + ".tmp", "w") as f:
+        json.dump(items, f)
+    os.replace(args.truth + ".tmp", args.truth)
+    os._exit(0)
+
+
+signal.signal(signal.SIGTERM, dump)
+signal.signal(signal.SIGINT, dump)
+threads = [threading.Thread(target=worker, daemon=True) for _ in range(args.threads - 1)]
+for t in threads:
+    t.start()
+print(f"ready {os.getpid()}", flush=True)
+worker()

@@ -1,0 +1,82 @@
+"""Issue 3 on real eBPF: calibration, corrected shares, the budget, and the kernel's
+accounting checked against the reference engine on the same events."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+
+import pytest
+
+from conftest import load_summary
+from truth import truth_shares, unprobed_shares
+
+pytestmark = pytest.mark.ebpf
+CATS = ("python", "simulator", "backend")
+
+
+def _run(target, monitor, tmp_path, simlib, workload, *extra, env=None, unprobed_s=0.0):
+    truth_path = tmp_path / "truth.json"
+    t = target("known_split.py", simlib, truth_path, *workload)
+    time.sleep(unprobed_s)          # cycles before attach are the unprobed reference
+    m, summary = monitor(t.pid, "--sim-lib", f"{simlib}:sim_step", *extra, env=env)
+    assert m.finish(timeout=90) == 0, m.stderr_text
+    t.finish(signal.SIGTERM)
+    s = load_summary(summary)
+    items = json.loads(truth_path.read_text())
+    truth = unprobed_shares(items, s["window"]) if unprobed_s else truth_shares(items, s["window"])
+    return s, truth, m
+
+
+def _shares(figs: dict) -> dict:
+    tot = sum(figs[f"{c}_s"] for c in CATS)
+    return {c: figs[f"{c}_s"] / tot for c in CATS}
+
+
+def test_calibrate_measures_emulated_cheaper_than_out_of_line(ebpf, calibration_file):
+    data = json.loads(open(calibration_file).read())
+    (entry,) = data["machines"].values()
+    k = entry["kinds"]
+    assert k["entry_ool"]["before"] > 2 * k["entry"]["before"] > 0
+    assert k["pair_ool"]["inside"] + k["pair_ool"]["outside"] > 2 * (k["pair"]["inside"] + k["pair"]["outside"])
+    assert entry["details"]["n_calls"] == 20011
+
+
+def test_kernel_accounting_matches_reference_engine(ebpf, target, monitor, tmp_path, simlib):
+    s, _, _ = _run(target, monitor, tmp_path, simlib, ("--threads", 2, "--py-us", 2000, "--sim-us", 1500,
+                   "--ops", 20), "--duration", "4", "--timeline", "--max-overhead", "100")
+    tl = s["timeline"]
+    assert tl["late_events"] == 0
+    for c in ("python", "backend", "simulator"):
+        for k in ("on_cpu_s", "off_cpu_s"):
+            assert abs(tl["split"][c][k] - _raw_split(s, c, k)) <= 2e-6, (c, k, tl["split"][c], s)
+    assert tl["overlap_s"]["gpu_only"] == 0 and tl["overlap_s"]["cpu_only"] > 0
+
+
+def _raw_split(s, c, k):
+    """Uncorrected per-category on/off seconds: corrected + what the correction took."""
+    v = s["split"][c][k]
+    return v + (s["overhead"]["by_category_s"][c] if k == "on_cpu_s" else 0.0)
+
+
+def test_corrected_shares_within_2pp_on_many_small_ops(ebpf, target, monitor, tmp_path, simlib, calibration_file):
+    s, truth, _ = _run(target, monitor, tmp_path, simlib,
+                       ("--py-iters", 400, "--sim-us", 200, "--ops", 10, "--op-size", 16),
+                       "--duration", "6", "--max-overhead", "100", env={"RLSCOPE_CALIBRATION": calibration_file},
+                       unprobed_s=2.0)
+    assert s["overhead"]["calibrated"] is True
+    ours = _shares(s["totals"])
+    for c in CATS:
+        assert abs(ours[c] - truth[c]) <= 0.02, (c, ours, truth, _shares(s["raw"]))
+    assert s["calls"]["backend"] > 10_000
+
+
+def test_budget_switches_the_hot_set_and_sources_say_so(ebpf, target, monitor, tmp_path, simlib):
+    s, _, m = _run(target, monitor, tmp_path, simlib, ("--py-us", 100, "--sim-us", 0, "--ops", 20, "--op-size", 4),
+                   "--duration", "5", "--max-overhead", "1")
+    assert s["budget"]["modes"].get("backend") in ("count", "off"), s["budget"]
+    assert s["sources"]["backend_s"] == "estimated" and s["sources"]["python_s"] == "estimated"
+    assert s["sources"]["simulator_s"] == "exact"
+    assert "> budget 1%: backend" in m.stderr_text
+    assert s["totals"]["backend_s"] > 0
