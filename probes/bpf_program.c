@@ -234,7 +234,7 @@ TRACEPOINT_PROBE(sched, sched_switch) {
     u64 now = bpf_ktime_get_ns();
     u32 prev = args->prev_pid, next = args->next_pid;
     struct tstate *s = threads.lookup(&prev);
-    if (s && !s->exited) {
+    if (s && !s->exited && targets.lookup(&s->tgid)) {
         u32 tgid = bpf_get_current_pid_tgid() >> 32;
         if (s->tgid != tgid) {
             threads.delete(&prev);  // a forked child process, not one of our threads
@@ -245,7 +245,7 @@ TRACEPOINT_PROBE(sched, sched_switch) {
         }
     }
     s = threads.lookup(&next);
-    if (s && !s->exited) {
+    if (s && !s->exited && targets.lookup(&s->tgid)) {
         advance(s, now, RUN_OFF);
         s->run = RUN_ON;
         tl_emit(next, s->tgid, now, EV_ON, 0);
@@ -278,7 +278,7 @@ TRACEPOINT_PROBE(sched, sched_process_exit) {
     u64 id = bpf_get_current_pid_tgid();
     u32 tid = (u32)id;
     struct tstate *s = threads.lookup(&tid);
-    if (!s || s->exited || s->tgid != (id >> 32))
+    if (!s || s->exited || s->tgid != (id >> 32) || !targets.lookup(&s->tgid))
         return 0;
     advance(s, bpf_ktime_get_ns(), RUN_ON);
     s->exited = 1;

@@ -157,12 +157,18 @@ class ProbeSet:
         self.bpf["targets"][ct.c_uint(self.pid)] = ct.c_uint(1)
         return self.t0_ns
 
+    def freeze(self) -> int:
+        """Stop counting (probes stay attached but do nothing). Returns the freeze time."""
+        if self.bpf is not None:
+            self.bpf["targets"].clear()
+        return time.monotonic_ns()
+
     def stop(self) -> None:
         """Stop counting first, then remove every probe (slow: ~0.1 s each)."""
         if self.bpf is None:
             return
         try:
-            self.bpf["targets"].clear()
+            self.freeze()
         except Exception:
             pass
         self.bpf.cleanup()

@@ -104,8 +104,10 @@ class Collector:
 
     def stop_counting(self, reason: str) -> None:
         """Freeze the counters and write the final records (probes stay attached)."""
-        self.tick()
-        self.ring.write(R.end(time.monotonic_ns(), reason))
+        frozen = self.probes.freeze()
+        self._drain_events()
+        self.ring.write(self._counters(frozen))
+        self.ring.write(R.end(frozen, reason))
 
     def detach(self) -> float:
         """Remove every probe. Returns the seconds it took."""
@@ -129,8 +131,8 @@ class Collector:
                       calibrated=self.probes.calibration.measured, max_overhead_pct=self.budget.max_pct,
                       tids0=self.probes.tids0, timeline=self.probes.timeline)
 
-    def _counters(self) -> dict:
-        now = time.monotonic_ns()
+    def _counters(self, now: int | None = None) -> dict:
+        now = now or time.monotonic_ns()
         for tc in self.probes.threads():
             if tc.tgid != self.pid:
                 continue

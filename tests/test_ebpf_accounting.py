@@ -38,8 +38,11 @@ def test_calibrate_measures_emulated_cheaper_than_out_of_line(ebpf, calibration_
     data = json.loads(open(calibration_file).read())
     (entry,) = data["machines"].values()
     k = entry["kinds"]
-    assert k["entry_ool"]["before"] > 2 * k["entry"]["before"] > 0
-    assert k["pair_ool"]["inside"] + k["pair_ool"]["outside"] > 2 * (k["pair"]["inside"] + k["pair"]["outside"])
+    total = {kind: v["inside"] + v["outside"] for kind, v in k.items() if kind != "sched_switch"}
+    # the brief's probe notes: ~0.7 us emulated vs ~9.3 us stepped out of line, per trap
+    assert total["bracket_ool"] > 3 * total["bracket"] > 0
+    assert total["pair_ool"] > 3 * total["pair"] > 0
+    assert k["pair_ool"]["inside"] > k["pair_ool"]["outside"]   # the out-of-line step runs after the timestamp
     assert entry["details"]["n_calls"] == 20011
 
 
