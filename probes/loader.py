@@ -228,21 +228,53 @@ class ProbeSet:
 
     # -- the overhead budget's levers ------------------------------------
     def degrade(self, cat: int) -> str:
-        """Make one category's probes cheaper: timed -> count (exits removed) -> off.
+        """Make one category's probes cheaper: timed -> count (exits removed) -> off (per-call probes removed).
+
+        The kernel switches to counting first, so no call can be left open without an exit.
 
         Returns:
             The category's new mode.
         """
         new = {"timed": "count", "count": "off"}.get(self.modes.get(cat, "timed"), "off")
+        self.bpf["modes"][ct.c_int(cat)] = ct.c_uint(1)
         for a in [a for a in self.attached if a.spec.category == cat]:
             if new == "count" and a.spec.kind in (PAIR, EXIT):
                 self._detach(a, "exit")
-            elif new == "off":
+            elif new == "off" and a.spec.kind in (PAIR, ENTER, EXIT):   # low-rate counters and ranges stay
                 for part in list(a.parts):
                     self._detach(a, part)
-        self.bpf["modes"][ct.c_int(cat)] = ct.c_uint(1)
         self.modes[cat] = new
         return new
+
+    def restore(self, cat: int) -> None:
+        """Attach a category's per-call probes again and time it (a sample window).
+
+        Exits go in before entries, so an exit seen without its entry is ignored and a
+        call can never be left open.
+        """
+        mine = [a for a in self.attached if a.spec.category == cat and a.spec.kind in (PAIR, ENTER, EXIT)]
+        for part in ("exit", "entry"):
+            for a in mine:
+                if part not in a.parts and (a.spec.kind == PAIR or part == ("exit" if a.spec.kind == EXIT else "entry")):
+                    self._reattach(a, part)
+        self.bpf["modes"][ct.c_int(cat)] = ct.c_uint(0)
+        self.modes[cat] = "timed"
+
+    def _reattach(self, a: Attached, part: str) -> None:
+        fns = a.spec.fn_names(a.id)
+        try:
+            if a.spec.kind == PAIR and part == "exit":
+                self.bpf.attach_uretprobe(name=a.root_path, sym=a.spec.symbol, fn_name=fns[1], pid=self.pid)
+                a.parts[part] = ("uretprobe", 0)
+            else:
+                off = 0 if a.spec.kind == PAIR else a.offset
+                self.bpf.attach_uprobe(name=a.root_path, sym=a.spec.symbol, sym_off=off, fn_name=fns[0], pid=self.pid)
+                a.parts[part] = ("uprobe", off)
+        except Exception as e:  # the library may be gone
+            self.notify("warn", f"re-attach {a.spec.label}: {_first_line(e)}")
+            return
+        a.cost_ns = self.calibration.hit_ns(a.spec.kind, a.emulated) if len(a.parts) == (2 if a.spec.kind == PAIR else 1) \
+            else a.cost_ns
 
     def _detach(self, a: Attached, part: str) -> None:
         if part not in a.parts:

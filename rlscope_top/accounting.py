@@ -42,8 +42,9 @@ class Accounting:
         self.notes: list[dict] = []
         self.end_reason: str | None = None
         self.last_ts = 0
+        self.live_overhead_pct = 0.0
         self.modes: dict[str, str] = {}          # category -> timed | count | off (budget)
-        self._snaps: dict[str, dict[str, tuple[int, dict]]] = {}
+        self._segs: dict[str, list[tuple[str, int, dict]]] = {}   # category -> (mode, start, threads then)
         self.engine: Engine | None = None        # only with --timeline
 
     def feed(self, records: list[dict]) -> None:
@@ -55,6 +56,7 @@ class Accounting:
             elif t == R.COUNTERS:
                 self.last_ts = max(self.last_ts, r["ts"])
                 self.hits = r["hits"]
+                self.live_overhead_pct = r.get("oh_pct", 0.0)
                 for th in r["threads"]:
                     self.threads[th["tid"]] = th
             elif t == R.INTERVALS:
@@ -73,7 +75,9 @@ class Accounting:
                 self.engine.advance()
             elif t == R.MODE:
                 self.modes[r["category"]] = r["mode"]
-                self._snaps.setdefault(r["category"], {})[r["mode"]] = (r["ts"], dict(self.threads))
+                segs = self._segs.setdefault(r["category"], [("timed", self.meta.get("t0", 0), {})])
+                # bounded by the snapshot's own time: the collector writes counters just before
+                segs.append((r["mode"], self.last_ts or r["ts"], dict(self.threads)))
             elif t == R.END:
                 self.end_reason = r["reason"]
                 if self.engine is not None:
@@ -121,46 +125,63 @@ class Accounting:
 
     def all_threads(self) -> list[dict]:
         """Every thread, with the budget's estimates applied."""
-        if not self._snaps:
+        if not self._segs:
             return list(self.threads.values())
         return [self._estimated(th) for th in self.threads.values()]
 
     def _estimated(self, th: dict) -> dict:
         """Fill in what a category measured by counting (or not at all) no longer times.
 
-        Time per call comes from the timed phase before the first step; calls after
-        the probes were removed come from the call rate before that. Estimated time
-        is taken from the thread's Python time, where the kernel now puts it.
+        Segments between the budget's mode changes: timed segments are exact and give
+        the time per call, calls per second and transitions per call; a count segment
+        has exact calls and gets time from the latest timed segment; an off segment
+        gets both. Estimated time is moved out of Python, where the kernel puts it.
         """
         th = {**th, "ns": [list(x) for x in th["ns"]], "calls": list(th["calls"]),
               "trans": [list(x) for x in th["trans"]]}
-        for cat, snaps in self._snaps.items():
+        zero = {"ns": [[0, 0]] * 4, "calls": [0] * 4, "trans": [[0] * 4] * 4, "oh": [0] * 4}
+        for cat, segs in self._segs.items():
             ci = CATEGORIES.index(cat)
-            first = snaps.get("count") or snaps.get("off")
-            base = first[1].get(th["tid"])
-            if not base or not base["calls"][ci]:
-                continue
-            timed = sum(base["ns"][ci]) - base.get("oh", (0,) * 4)[ci]
-            mean = max(0, timed) / base["calls"][ci]
-            on_frac = base["ns"][ci][0] / sum(base["ns"][ci]) if sum(base["ns"][ci]) else 1.0
-            extra = th["calls"][ci] - base["calls"][ci]
-            off = snaps.get("off")
-            if off and off[1].get(th["tid"]) and off[0] > self.meta.get("t0", 0):
-                o = off[1][th["tid"]]
-                rate = o["calls"][ci] / (off[0] - self.meta.get("t0", 0))
-                more = rate * max(0, self.last_ts - off[0])
-                th["calls"][ci] += round(more)
-                for a in range(4):
-                    th["trans"][a][ci] += round(more * o["trans"][a][ci] / max(1, o["calls"][ci]))
-                extra += more
-            est = extra * mean
-            take_on = min(est * on_frac, th["ns"][0][0])
-            take_off = min(est - take_on, th["ns"][0][1])
-            th["ns"][0][0] -= take_on
-            th["ns"][0][1] -= take_off
-            th["ns"][ci][0] += take_on
-            th["ns"][ci][1] += take_off
+            bounds = [(mode, ts, snap.get(th["tid"], zero)) for mode, ts, snap in segs]
+            bounds.append((None, self.last_ts, th))
+            stats = None
+            extra_ns = 0.0
+            for (mode, t0, a), (_, t1, b) in zip(bounds, bounds[1:]):
+                dcalls = b["calls"][ci] - a["calls"][ci]
+                if mode == "timed":
+                    dns = sum(b["ns"][ci]) - sum(a["ns"][ci]) - (b.get("oh", zero["oh"])[ci] - a.get("oh", zero["oh"])[ci])
+                    if dcalls > 0 and t1 > t0:
+                        on = b["ns"][ci][0] - a["ns"][ci][0]
+                        stats = (max(0, dns) / dcalls, dcalls / (t1 - t0),
+                                 on / max(1, on + b["ns"][ci][1] - a["ns"][ci][1]),
+                                 [(b["trans"][f][ci] - a["trans"][f][ci]) / dcalls for f in range(4)])
+                    continue
+                if stats is None:
+                    continue
+                mean, rate, on_frac, per_call = stats
+                if mode == "off":       # calls counted while probes were being removed stay
+                    est = max(rate * max(0, t1 - t0), dcalls)
+                    th["calls"][ci] += round(est - dcalls)
+                    for f in range(4):
+                        th["trans"][f][ci] += round((est - dcalls) * per_call[f])
+                    dcalls = est
+                extra_ns += dcalls * mean
+            if extra_ns:
+                self._move_from_python(th, ci, extra_ns, on_frac)
         return th
+
+    def samples(self, cat: str) -> int:
+        """How many timed sample windows a category got after the budget turned it off."""
+        return sum(1 for mode, _, _ in self._segs.get(cat, [])[1:] if mode == "timed")
+
+    @staticmethod
+    def _move_from_python(th: dict, ci: int, ns: float, on_frac: float) -> None:
+        take_on = min(ns * on_frac, th["ns"][0][0])
+        take_off = min(ns - take_on, th["ns"][0][1])
+        th["ns"][0][0] -= take_on
+        th["ns"][0][1] -= take_off
+        th["ns"][ci][0] += take_on
+        th["ns"][ci][1] += take_off
 
     def probe_hits(self) -> dict[str, int]:
         """Hits per probe label, summed over libraries."""

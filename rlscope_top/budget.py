@@ -1,18 +1,20 @@
 """The overhead budget: keep the probes' estimated cost under --max-overhead.
 
 Each window (1 s) it prices the hits of every probe with its calibrated cost. When
-the total is above the budget, the category whose probes cost most is made cheaper
-one step: timed -> count (exit probes removed; calls and transitions stay exact,
-time becomes estimated) -> off (no probes; calls and time estimated from the rates
-measured before). Steps are never undone within a session.
+the total is above the budget, the category whose probes cost most is made cheaper:
+timed -> count (exit probes removed; calls and transitions stay exact, time becomes
+estimated) -> off (no probes; calls and time estimated from the rates measured
+before). It goes straight to off when counting alone would still be over budget.
+Steps are never undone within a session.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-WINDOW_S = 1.0
+WINDOW_S = 0.5
 STEPS = ("timed", "count", "off")
+COUNT_KEEPS = 0.5   # counting keeps the entry probe of each begin/end pair: about half the cost
 
 
 @dataclasses.dataclass
@@ -22,6 +24,7 @@ class Decision:
     category: int
     overhead_pct: float
     category_pct: float
+    mode: str = "count"
 
 
 class Budget:
@@ -32,6 +35,10 @@ class Budget:
         self._last_ts: float | None = None
         self._last_hits: list[int] = []
         self.last_pct = 0.0
+
+    def reset(self) -> None:
+        """Forget the current window (after a sample window whose cost is planned)."""
+        self._last_ts = None
 
     def update(self, now_s: float, hits: list[int], probes: list[tuple[int, int, int]],
                modes: dict[int, str]) -> Decision | None:
@@ -62,4 +69,6 @@ class Budget:
         if not candidates:
             return None
         v, cat = max(candidates)
-        return Decision(cat, total_pct, 100 * v / (dt * 1e9))
+        cat_pct = 100 * v / (dt * 1e9)
+        fits = modes.get(cat, "timed") == "timed" and total_pct - cat_pct * (1 - COUNT_KEEPS) <= self.max_pct
+        return Decision(cat, total_pct, cat_pct, "count" if fits else "off")

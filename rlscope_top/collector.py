@@ -21,6 +21,8 @@ from .ring import RingWriter
 from .target import command_line, thread_name, thread_running
 
 SCAN_PERIOD_S = 0.5     # new libraries are picked up within this (+ one tick)
+SAMPLE_WINDOW_S = 0.5   # a category the budget turned off is timed again this long ...
+MIN_SAMPLE_PERIOD_S = 5.0   # ... at most this often (further apart when it costs more)
 META_PERIOD_S = 10.0    # late readers find a meta record within this
 
 
@@ -41,6 +43,7 @@ class Collector:
         self._last_scan = self._last_meta = 0.0
         self.t0_ns = 0
         self.budget = Budget(max_overhead_pct)
+        self._samples: dict[int, dict] = {}      # category -> {next, until, period}
 
     def _note(self, level: str, msg: str) -> None:
         self._notify(level, msg)
@@ -87,7 +90,34 @@ class Collector:
         self._drain_events()
         ctr = self._counters()
         self.ring.write(ctr)
-        self._apply_budget(now, ctr["hits"])
+        if not self._sample(now):
+            self._apply_budget(now, ctr["hits"])
+
+    def _sample(self, now: float) -> bool:
+        """Time categories the budget turned off for a short window now and then.
+
+        The estimates for the time in between use the latest window's time per call and
+        call rate, so they follow a job whose mix changes. Returns whether a window is open.
+        """
+        busy = False
+        for cat, st in self._samples.items():
+            mode = self.probes.modes.get(cat)
+            if st["until"] is None and mode == "off" and now >= st["next"]:
+                self.probes.restore(cat)
+                self.ring.write(self._counters())
+                self.ring.write(R.mode(time.monotonic_ns(), catalog.CATEGORY_NAMES[cat], "timed", 0.0,
+                                       self.budget.max_pct))
+                st["until"] = now + SAMPLE_WINDOW_S
+            elif st["until"] is not None and now >= st["until"]:
+                self.ring.write(self._counters())
+                while self.probes.degrade(cat) != "off":
+                    pass
+                self.ring.write(R.mode(time.monotonic_ns(), catalog.CATEGORY_NAMES[cat], "off", 0.0,
+                                       self.budget.max_pct))
+                st["until"], st["next"] = None, now + st["period"]
+                self.budget.reset()
+            busy = busy or st["until"] is not None
+        return busy
 
     def _apply_budget(self, now: float, hits: list[int]) -> None:
         probes = [(a.id, a.spec.category, a.cost_ns) for a in self.probes.attached if a.parts]
@@ -97,8 +127,16 @@ class Collector:
         name = catalog.CATEGORY_NAMES[d.category]
         new = self.probes.degrade(d.category)
         self.ring.write(R.mode(time.monotonic_ns(), name, new, d.overhead_pct, self.budget.max_pct))
+        if new != d.mode:               # counting alone would not fit: remove the entries too
+            new = self.probes.degrade(d.category)
+            self.ring.write(R.mode(time.monotonic_ns(), name, new, d.overhead_pct, self.budget.max_pct))
+        if new == "off":                # keep the estimate fresh with short timed windows
+            full = d.category_pct if d.mode != "count" or new == "off" else 2 * d.category_pct
+            period = max(MIN_SAMPLE_PERIOD_S, SAMPLE_WINDOW_S * full / (0.5 * self.budget.max_pct))
+            self._samples[d.category] = {"next": now + period, "until": None, "period": period}
         how = {"count": "counting calls only; its time is now estimated",
-               "off": "probes removed; its calls and time are now estimated from earlier rates"}[new]
+               "off": "per-call probes removed; calls and time are estimated, re-timed 0.5 s every "
+                      f"{self._samples[d.category]['period']:.0f} s"}[new]
         self._note("warn", f"overhead {d.overhead_pct:.1f}% > budget {self.budget.max_pct:g}%: "
                            f"{name} ({d.category_pct:.1f}%) -> {how}")
 
@@ -139,7 +177,7 @@ class Collector:
             self._threads[tc.tid] = self._thread_record(tc, now)
             if tc.exited:
                 self.probes.forget(tc.tid)
-        return R.counters(now, list(self._threads.values()), self.probes.hits())
+        return R.counters(now, list(self._threads.values()), self.probes.hits(), self.budget.last_pct)
 
     def _thread_record(self, tc: ThreadCounters, now: int) -> dict:
         ns = [list(x) for x in tc.ns]

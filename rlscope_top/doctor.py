@@ -30,6 +30,11 @@ def checks(pid: int | None = None) -> list[tuple]:
                        f"{kdir} missing; run `sudo bash scripts/setup.sh` (links the installed headers)"))
     rows.append(_check("tracefs", os.path.exists("/sys/kernel/tracing/uprobe_events"), "/sys/kernel/tracing mounted",
                        "mount it: `mount -t tracefs nodev /sys/kernel/tracing`"))
+    from .calibration import load as load_calibration  # noqa: PLC0415
+    cal = load_calibration()
+    rows.append(_check("calibration", cal.measured, f"probe costs measured for {cal.key}",
+                       "probe costs not measured here: run `rlscope-top calibrate` (defaults are used)",
+                       required=False))
     rows += _gpu_rows()
     if pid is not None:
         rows += _target_rows(pid)

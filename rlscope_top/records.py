@@ -33,9 +33,10 @@ def thread(*, tid: int, name: str, python: bool, exited: bool, ns: list, trans: 
             "calls": calls, "oh": oh}
 
 
-def counters(ts: int, threads: list[dict], hits: list[int]) -> dict:
-    """All threads' cumulative counters and per-probe hit counts at ``ts``."""
-    return {"t": COUNTERS, "ts": ts, "threads": threads, "hits": hits}
+def counters(ts: int, threads: list[dict], hits: list[int], overhead_pct: float = 0.0) -> dict:
+    """All threads' cumulative counters, per-probe hit counts, and the live overhead
+    estimate (% of one thread's time over the budget's last window) at ``ts``."""
+    return {"t": COUNTERS, "ts": ts, "threads": threads, "hits": hits, "oh_pct": overhead_pct}
 
 
 def interval(tid: int, kind: str, name: str, t0: int, t1: int) -> list:

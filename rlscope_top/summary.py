@@ -64,7 +64,7 @@ def _sources(acct: Accounting) -> dict:
         src[f"transitions.{name}"] = "exact" if CATEGORIES[z] in have else "unavailable"
     for cat, mode in acct.modes.items():      # the budget made these cheaper
         src[f"{cat}_s"] = src["python_s"] = "estimated"
-        if mode == "off":
+        if mode == "off" or acct.samples(cat):
             src[f"calls.{cat}"] = "estimated"
             for name, (_, z) in TRANSITIONS.items():
                 if CATEGORIES[z] == cat:
@@ -109,7 +109,9 @@ def build(acct: Accounting, *, ring_path: str = "", dropped: int = 0, detach_s: 
                      "by_category_s": correction,
                      "calibrated": bool(meta.get("calibrated")),
                      "detach_s": round(detach_s, 3) if detach_s is not None else NA},
-        "budget": {"max_overhead_pct": meta.get("max_overhead_pct"), "modes": dict(acct.modes)},
+        "budget": {"max_overhead_pct": meta.get("max_overhead_pct"),
+                   "modes": {c: m for c, m in acct.modes.items() if m != "timed" or acct.samples(c)},
+                   "samples": {c: acct.samples(c) for c in acct.modes}},
         "timeline": _timeline(acct),
         "ring": {"path": ring_path, "dropped": dropped},
         "sources": _sources(acct),

@@ -27,7 +27,7 @@ def test_demo_headless_prints_nonzero_breakdown(ebpf, tmp_path):
 
 def test_doctor_reports_each_check():
     p = subprocess.run([*CLI, "doctor"], capture_output=True, text=True, timeout=60, cwd=str(REPO))
-    for name in ("root", "BTF", "bcc", "kernel headers", "tracefs", "GPU", "NVML", "CUPTI"):
+    for name in ("root", "BTF", "bcc", "kernel headers", "tracefs", "calibration", "GPU", "NVML", "CUPTI"):
         assert name in p.stdout
     assert p.returncode in (0, 1)
     assert ("attach can work" in p.stdout) == (p.returncode == 0)

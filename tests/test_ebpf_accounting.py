@@ -83,3 +83,16 @@ def test_budget_switches_the_hot_set_and_sources_say_so(ebpf, target, monitor, t
     assert s["sources"]["simulator_s"] == "exact"
     assert "> budget 1%: backend" in m.stderr_text
     assert s["totals"]["backend_s"] > 0
+
+
+def test_budget_off_mode_samples_and_estimates_stay_close(ebpf, target, monitor, tmp_path, simlib, calibration_file):
+    s, truth, m = _run(target, monitor, tmp_path, simlib,
+                       ("--py-iters", 400, "--sim-us", 200, "--ops", 10, "--op-size", 16),
+                       "--duration", "14", "--max-overhead", "3", env={"RLSCOPE_CALIBRATION": calibration_file},
+                       unprobed_s=2.0)
+    assert s["budget"]["modes"]["backend"] == "off" and s["budget"]["samples"]["backend"] >= 1, s["budget"]
+    assert s["sources"]["calls.backend"] == "estimated"
+    ours = _shares(s["totals"])
+    for c in CATS:                        # estimated, so a looser bound than the exact 2 pp
+        assert abs(ours[c] - truth[c]) <= 0.04, (c, ours, truth)
+    assert s["overhead"]["estimated_pct"] < 5

@@ -68,3 +68,16 @@ def test_sigkill_leaves_no_probe_and_target_speed_recovers(ebpf, target, monitor
     end = time.monotonic() + 15
     while (after := _ns(t, len(t.out))) >= base + 0.3 * (probed - base):
         assert time.monotonic() < end, (base, probed, after)
+
+
+def test_target_dying_inside_a_probed_call(ebpf, target, monitor, tmp_path, simlib):
+    go = tmp_path / "go"
+    t = target("dies_mid_call.py", simlib, 23, go)
+    m, summary = monitor(t.pid, "--sim-lib", f"{simlib}:sim_step,sim_die")
+    go.touch()
+    assert t.finish(timeout=30) == 3
+    assert m.finish(timeout=60) == 0, m.stderr_text
+    s = load_summary(summary)
+    assert s["end_reason"] == "target exited"
+    assert s["calls"]["simulator"] == 24                  # 23 steps and the call it died in
+    assert s["raw"]["simulator_s"] >= 0.5                 # the fatal call's 0.5 s counts as simulator

@@ -1,5 +1,6 @@
 /* A tiny native "simulator" for known-split tests: spins for exactly the time asked. */
 #include <time.h>
+#include <unistd.h>
 
 static double now(void) {
     struct timespec t;
@@ -17,3 +18,9 @@ double sim_step(double seconds) {
 }
 
 int sim_reset(void) { return 0; }
+
+/* Dies inside a probed call: the monitor must still end cleanly and count it. */
+void sim_die(double seconds) {
+    sim_step(seconds);
+    _exit(3);
+}

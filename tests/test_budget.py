@@ -1,0 +1,35 @@
+"""The budget's decisions on hand-built hit streams."""
+
+from rlscope_top.budget import Budget
+
+# probe ids: 0 backend begin (1000 ns/hit), 1 backend end (1000), 2 simulator pair (2000)
+PROBES = [(0, 1, 1000), (1, 1, 1000), (2, 2, 2000)]
+
+
+def test_within_budget_nothing_happens():
+    b = Budget(5.0)
+    assert b.update(0.0, [0, 0, 0], PROBES, {}) is None
+    assert b.update(1.0, [10_000, 10_000, 1_000], PROBES, {}) is None    # 2% + 0.2%
+    assert abs(b.last_pct - 2.2) < 1e-9
+
+
+def test_hottest_category_counts_when_that_fits():
+    b = Budget(5.0)
+    b.update(0.0, [0, 0, 0], PROBES, {})
+    d = b.update(1.0, [30_000, 30_000, 1_000], PROBES, {})             # 6% backend + 0.2% sim
+    assert d.category == 1 and d.mode == "count" and abs(d.overhead_pct - 6.2) < 1e-9
+
+
+def test_goes_straight_to_off_when_counting_would_not_fit():
+    b = Budget(5.0)
+    b.update(0.0, [0, 0, 0], PROBES, {})
+    d = b.update(1.0, [100_000, 100_000, 1_000], PROBES, {})           # 20% backend
+    assert d.category == 1 and d.mode == "off"
+
+
+def test_waits_for_a_full_window_and_skips_categories_already_off():
+    b = Budget(1.0)
+    b.update(0.0, [0, 0, 0], PROBES, {})
+    assert b.update(0.1, [100_000, 100_000, 0], PROBES, {}) is None
+    d = b.update(1.0, [200_000, 200_000, 10_000], PROBES, {1: "off"})
+    assert d.category == 2
