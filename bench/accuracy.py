@@ -31,13 +31,13 @@ from truth import truth_shares, unprobed_shares  # noqa: E402
 PY = sys.executable
 CATS = ("python", "simulator", "backend")
 WORKLOADS = [
-    ("mix 50/30/20 (10 ms cycle)", ["--py-iters", "9000", "--sim-us", "3000", "--ops", "16", "--op-size", "96"]),
-    ("mix python-heavy", ["--py-iters", "20000", "--sim-us", "1000", "--ops", "8", "--op-size", "64"]),
-    ("mix simulator-heavy", ["--py-iters", "2000", "--sim-us", "8000", "--ops", "8", "--op-size", "64"]),
-    ("mix backend-heavy", ["--py-iters", "2000", "--sim-us", "1000", "--ops", "40", "--op-size", "128"]),
+    ("mix Python ≈ simulator", ["--py-iters", "80000", "--sim-us", "3000", "--ops", "16", "--op-size", "96"]),
+    ("mix python-heavy", ["--py-iters", "150000", "--sim-us", "1000", "--ops", "8", "--op-size", "64"]),
+    ("mix simulator-heavy", ["--py-iters", "15000", "--sim-us", "8000", "--ops", "8", "--op-size", "64"]),
+    ("mix backend-heavy", ["--py-iters", "15000", "--sim-us", "1000", "--ops", "40", "--op-size", "128"]),
     ("many small ops, 16x16", ["--py-iters", "400", "--sim-us", "200", "--ops", "10", "--op-size", "16"]),
     ("many tiny ops, 8x8", ["--py-iters", "400", "--sim-us", "100", "--ops", "10", "--op-size", "8"]),
-    ("2 Python threads", ["--threads", "2", "--py-iters", "4000", "--sim-us", "1500", "--ops", "12",
+    ("2 Python threads", ["--threads", "2", "--py-iters", "30000", "--sim-us", "1500", "--ops", "12",
                           "--op-size", "64"]),
 ]
 
@@ -114,7 +114,9 @@ def write(rows, args) -> None:
               "Simulator/Backend to the target's own timer; for calls of a few microseconds that is a few percent "
               "of the call. Freed result tensors are deallocated outside the binding and count as Python. "
               "The probes' indirect cost (cache and TLB pollution after each trap) is calibrated on a C loop "
-              "and can differ in a large C++ code base.", ""]
+              "and can differ in a large C++ code base. With several Python threads the probes also change how "
+              "the threads contend for the GIL and the CPUs, so the unprobed cycles are a different schedule: "
+              "compare the raw column there.", ""]
     with open(args.out, "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -204,11 +204,6 @@ class ProbeSet:
         root_path = path if os.path.exists(path) else f"/proc/{self.pid}/root{path}"
         try:
             offset = 0 if spec.kind == PAIR else self._entry_offset(root_path, spec.symbol)
-            fns = spec.fn_names(i)
-            self.bpf.attach_uprobe(name=root_path, sym=spec.symbol, sym_off=offset,
-                                   fn_name=fns[0], pid=self.pid)
-            if spec.kind == PAIR:
-                self.bpf.attach_uretprobe(name=root_path, sym=spec.symbol, fn_name=fns[1], pid=self.pid)
         except Exception as e:  # bcc raises bare Exception for a missing symbol
             self.missing.setdefault(spec.group, []).append(spec.symbol)
             self.notify("warn", f"{spec.group}: cannot probe {spec.label} in {os.path.basename(path)}: "
@@ -218,12 +213,16 @@ class ProbeSet:
         cost = self.calibration.cost(spec.kind, emulated)
         self.bpf["costs"][ct.c_int(i)] = self.bpf["costs"].Leaf(*(cost[k] for k in (
             "enter_before", "enter_after", "exit_before", "exit_after")))
-        if spec.kind == PAIR:
-            parts = {"entry": ("uprobe", 0), "exit": ("uretprobe", 0)}
-        else:
-            parts = {("exit" if spec.kind in (EXIT, RANGE_END) else "entry"): ("uprobe", offset)}
-        self.attached.append(Attached(i, spec, path, offset, emulated, self.calibration.hit_ns(spec.kind, emulated),
-                                      root_path, parts))
+        a = Attached(i, spec, path, offset, emulated, self.calibration.hit_ns(spec.kind, emulated), root_path, {})
+        parts = ("exit", "entry") if spec.kind == PAIR else ("exit" if spec.kind in (EXIT, RANGE_END) else "entry",)
+        for part in parts:              # exits first: an exit without its entry is ignored
+            self._attach_part(a, part)
+            if part not in a.parts:
+                for done in list(a.parts):
+                    self._detach(a, done)
+                self.missing.setdefault(spec.group, []).append(spec.symbol)
+                return False
+        self.attached.append(a)
         return True
 
     # -- the overhead budget's levers ------------------------------------
@@ -256,11 +255,11 @@ class ProbeSet:
         for part in ("exit", "entry"):
             for a in mine:
                 if part not in a.parts and (a.spec.kind == PAIR or part == ("exit" if a.spec.kind == EXIT else "entry")):
-                    self._reattach(a, part)
+                    self._attach_part(a, part)
         self.bpf["modes"][ct.c_int(cat)] = ct.c_uint(0)
         self.modes[cat] = "timed"
 
-    def _reattach(self, a: Attached, part: str) -> None:
+    def _attach_part(self, a: Attached, part: str) -> None:
         fns = a.spec.fn_names(a.id)
         try:
             if a.spec.kind == PAIR and part == "exit":
@@ -270,10 +269,11 @@ class ProbeSet:
                 off = 0 if a.spec.kind == PAIR else a.offset
                 self.bpf.attach_uprobe(name=a.root_path, sym=a.spec.symbol, sym_off=off, fn_name=fns[0], pid=self.pid)
                 a.parts[part] = ("uprobe", off)
-        except Exception as e:  # the library may be gone
-            self.notify("warn", f"re-attach {a.spec.label}: {_first_line(e)}")
+        except Exception as e:  # a missing symbol, or the library is gone
+            self.notify("warn", f"{a.spec.group}: cannot probe {a.spec.label} in {os.path.basename(a.path)}: "
+                                f"{_first_line(e)}")
             return
-        a.cost_ns = self.calibration.hit_ns(a.spec.kind, a.emulated) if len(a.parts) == (2 if a.spec.kind == PAIR else 1) \
+        a.cost_ns = self.calibration.hit_ns(a.spec.kind, a.emulated) if len(a.parts) == a.spec.n_attach \
             else a.cost_ns
 
     def _detach(self, a: Attached, part: str) -> None:

@@ -23,6 +23,7 @@ from .target import command_line, thread_name, thread_running
 SCAN_PERIOD_S = 0.5     # new libraries are picked up within this (+ one tick)
 SAMPLE_WINDOW_S = 0.5   # a category the budget turned off is timed again this long ...
 MIN_SAMPLE_PERIOD_S = 5.0   # ... at most this often (further apart when it costs more)
+SAMPLE_SHARE = 0.35     # share of the budget the sample windows may use
 META_PERIOD_S = 10.0    # late readers find a meta record within this
 
 
@@ -59,13 +60,13 @@ class Collector:
             raise BccMissing(f"the bcc Python module is not importable: {e}", pid=self.pid,
                              hint="run `sudo bash scripts/setup.sh` (installs python3-bpfcc) and use .venv/bin/rlscope-top") from None
         except Exception as e:
-            raise BpfCompileError(f"cannot compile the eBPF program: {_first_line(e)}", pid=self.pid,
+            raise BpfCompileError(f"cannot compile the eBPF program: {_last_line(e)}", pid=self.pid,
                                   hint="install or link the kernel headers: `sudo bash scripts/setup.sh`, then `rlscope-top doctor`") from None
         try:
             self.t0_ns = self.probes.start()
         except Exception as e:
             self.probes.stop()
-            raise AttachError(f"cannot attach probes to PID {self.pid}: {_first_line(e)}", pid=self.pid,
+            raise AttachError(f"cannot attach probes to PID {self.pid}: {_last_line(e)}", pid=self.pid,
                               hint="check `rlscope-top doctor`; tracefs must be mounted and you must be root") from None
         self._last_scan = self._last_meta = time.monotonic()
         self.ring.write(self._meta())
@@ -132,7 +133,7 @@ class Collector:
             self.ring.write(R.mode(time.monotonic_ns(), name, new, d.overhead_pct, self.budget.max_pct))
         if new == "off":                # keep the estimate fresh with short timed windows
             full = d.category_pct if d.mode != "count" or new == "off" else 2 * d.category_pct
-            period = max(MIN_SAMPLE_PERIOD_S, SAMPLE_WINDOW_S * full / (0.5 * self.budget.max_pct))
+            period = max(MIN_SAMPLE_PERIOD_S, SAMPLE_WINDOW_S * full / (SAMPLE_SHARE * self.budget.max_pct))
             self._samples[d.category] = {"next": now + period, "until": None, "period": period}
         how = {"count": "counting calls only; its time is now estimated",
                "off": "per-call probes removed; calls and time are estimated, re-timed 0.5 s every "
@@ -221,6 +222,6 @@ def _innermost(depth: list[int]) -> int:
     return catalog.CAT_PY
 
 
-def _first_line(e: Exception) -> str:
+def _last_line(e: Exception) -> str:
     return (str(e).strip().splitlines() or [type(e).__name__])[-1][:200]
 
