@@ -12,7 +12,7 @@ from .probes import catalog
 from .session import Options
 
 EPILOG = """examples:
-  rlscope-top 12345                      watch PID 12345 (headless until the TUI lands)
+  rlscope-top 12345                      watch PID 12345 on the live screen (q quits)
   rlscope-top attach 12345 --duration 30 --summary run.json
   rlscope-top attach 12345 --sim-lib libmysim.so:sim_step,sim_reset
   rlscope-top demo --headless --duration 10
@@ -49,7 +49,8 @@ def _pid(text: str) -> int:
 def _session_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--duration", type=_positive, metavar="S", help="stop after S seconds")
     p.add_argument("--summary", metavar="FILE", help="summary JSON path (default rlscope-top-<pid>-<time>.json)")
-    p.add_argument("--headless", action="store_true", help="no live screen: print the summary at the end")
+    p.add_argument("--headless", action="store_true",
+                   help="no live screen: print the summary at the end (also when stdout is not a terminal)")
     p.add_argument("--interval", type=_positive, default=1.0, metavar="S", help="display refresh (default 1)")
     p.add_argument("--sim-lib", type=_sim_lib, action="append", default=[], metavar="LIB:SYM[,SYM]",
                    help="also probe a simulator library's entry points (repeatable)")
@@ -76,6 +77,10 @@ def parser() -> argparse.ArgumentParser:
     _session_args(a)
     d = sub.add_parser("demo", help="run the built-in PPO/MuJoCo workload and attach to it")
     _session_args(d)
+    v = sub.add_parser("view", help="open the live screen on a ring another rlscope-top writes (--ring PATH)")
+    v.add_argument("ring", metavar="RING")
+    v.add_argument("--summary", metavar="FILE", help="summary JSON written on quit")
+    v.add_argument("--interval", type=_positive, default=1.0, metavar="S", help="display refresh (default 1)")
     doc = sub.add_parser("doctor", help="check that attach can work here (and what a PID maps)")
     doc.add_argument("pid", type=_pid, nargs="?", metavar="PID")
     sub.add_parser("calibrate", help="measure each probe kind's cost on this machine (needs root, gcc)")
@@ -92,6 +97,10 @@ def _dispatch(ns: argparse.Namespace) -> int:
     if ns.cmd == "doctor":
         from .doctor import run as doctor  # noqa: PLC0415 - keep startup light
         return doctor(ns.pid)
+    if ns.cmd == "view":
+        from .session import view  # noqa: PLC0415
+        view(ns.ring, ns.summary or f"rlscope-top-view-{os.getpid()}.json", ns.interval)
+        return 0
     if ns.cmd == "calibrate":
         from .calibrate import run as calibrate  # noqa: PLC0415
         calibrate()
@@ -101,12 +110,13 @@ def _dispatch(ns: argparse.Namespace) -> int:
         from .session import specs_for  # noqa: PLC0415
         print(program_text(specs_for(_options(ns, 0))), end="")
         return 0
+    live = not ns.headless and sys.stdout.isatty() and sys.stdin.isatty()
     if ns.cmd == "demo":
         from .demo import demo  # noqa: PLC0415
-        demo(_options(ns, 0))
+        demo(_options(ns, 0), live=live)
         return 0
-    from .session import run  # noqa: PLC0415
-    run(_options(ns, ns.pid))
+    from .session import run, run_live  # noqa: PLC0415
+    (run_live if live else run)(_options(ns, ns.pid))
     return 0
 
 

@@ -9,7 +9,7 @@ import tempfile
 import time
 
 from .errors import RlscopeError
-from .session import Options, run
+from .session import Options, run, run_live
 
 READY_TIMEOUT_S = 120
 
@@ -39,12 +39,12 @@ def start_workload(seconds: float = 3600.0) -> subprocess.Popen:
     raise DemoError("the demo workload did not start in time", hint="check `python -m rlscope_top.demo_workload`")
 
 
-def demo(opts: Options) -> dict:
+def demo(opts: Options, live: bool = False) -> dict:
     """Run a session on a fresh demo workload; the workload is stopped afterwards."""
     proc = start_workload()
     try:
         opts.pid = proc.pid
-        return run(opts)
+        return run_live(opts) if live else run(opts)
     finally:
         proc.terminate()
         try:

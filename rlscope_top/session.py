@@ -60,14 +60,77 @@ class _Stop:
 
 def run(opts: Options, on_tick: Callable[[Accounting], None] | None = None) -> dict:
     """Run a headless session to its end and return the summary document."""
+    stop = _Stop()
+    old = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return _session(opts, lambda: stop.reason, on_tick)
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def run_live(opts: Options) -> dict:
+    """Run a session with the live screen; collection runs in a background thread."""
+    import threading  # noqa: PLC0415
+
+    from .tui.app import RlscopeApp  # noqa: PLC0415 - textual only when a screen is wanted
+
+    path = opts.summary_path or S.default_path(opts.pid)
+    opts = dataclasses.replace(opts, summary_path=path)
+    quit_ = threading.Event()
+    ready = threading.Event()
+    box: dict = {}
+
+    def collect():
+        try:
+            box["summary"] = _session(opts, lambda: "quit (q)" if quit_.is_set() else None, None,
+                                      ready=lambda ring: (box.setdefault("ring", ring), ready.set()), render=False)
+        except BaseException as e:  # shown after the screen closes
+            box["error"] = e
+        finally:
+            ready.set()
+
+    worker = threading.Thread(target=collect, name="rlscope-collector", daemon=True)
+    worker.start()
+    ready.wait()
+    if "ring" in box:
+        app = RlscopeApp(box["ring"], path, interval_s=opts.interval_s, write_on_quit=False)
+        old = signal.signal(signal.SIGTERM, lambda *_: app.call_later(app.action_quit_app))
+        try:
+            app.run()
+        finally:
+            signal.signal(signal.SIGTERM, old)
+    quit_.set()
+    worker.join()
+    if "error" in box:
+        raise box["error"]
+    S.render(box["summary"])
+    return box["summary"]
+
+
+def view(ring_path: str, summary_path: str, interval_s: float = 1.0) -> str:
+    """Open the live screen on a ring another process writes. Returns the summary path."""
+    from .errors import RingFileError  # noqa: PLC0415
+    from .ring import RingError  # noqa: PLC0415
+    from .tui.app import RlscopeApp  # noqa: PLC0415
+
+    try:
+        app = RlscopeApp(ring_path, summary_path, interval_s=interval_s)
+    except RingError as e:
+        raise RingFileError(str(e), hint="give the path printed by `rlscope-top attach --ring PATH`") from None
+    app.run()
+    return summary_path
+
+
+def _session(opts: Options, stop_reason: Callable[[], str | None], on_tick, ready=None, render: bool = True) -> dict:
+    screen = {"owned": False}   # while the live screen is up, notices go to the ring only
+
     def notify(level: str, msg: str) -> None:
-        if not opts.quiet or level != "info":
+        if not screen["owned"] and (not opts.quiet or level != "info"):
             print(f"rlscope-top: {msg}", file=sys.stderr, flush=True)
 
     require_root()
     check_target(opts.pid)
-    stop = _Stop()
-    old = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
     ring = RingWriter(opts.ring_path or default_path(opts.pid))
     collector = Collector(opts.pid, ring, specs_for(opts), notify=notify, interval_s=opts.interval_s,
                           max_probes=opts.max_probes, max_overhead_pct=opts.max_overhead_pct,
@@ -77,7 +140,10 @@ def run(opts: Options, on_tick: Callable[[Accounting], None] | None = None) -> d
         groups = ", ".join(collector.probes.groups) or "no known libraries yet"
         notify("status", f"attached to PID {opts.pid} ({collector.probes.n_probes()} probes: {groups}); ring {ring.path}")
         reader, acct = RingReader(ring.path), Accounting()
-        reason = _loop(opts, collector, reader, acct, stop, on_tick)
+        if ready:
+            screen["owned"] = True
+            ready(ring.path)
+        reason = _loop(opts, collector, reader, acct, stop_reason, on_tick)
         collector.stop_counting(reason)
         acct.feed(reader.poll())
         summary = S.build(acct, ring_path=ring.path if opts.keep_ring else "", dropped=reader.dropped)
@@ -86,24 +152,25 @@ def run(opts: Options, on_tick: Callable[[Accounting], None] | None = None) -> d
         detach_s = collector.detach()
         summary["overhead"]["detach_s"] = round(detach_s, 3)
         S.write(summary, path)
-        S.render(summary)
+        if render:
+            S.render(summary)
+        if stop_reason() or not ready:
+            screen["owned"] = False
         notify("status", f"detached in {detach_s:.2f}s; summary written to {path}")
         summary["_path"] = path
         return summary
     finally:
         collector.probes.stop()
         ring.close(remove=not opts.keep_ring)
-        for s, h in old.items():
-            signal.signal(s, h)
 
 
-def _loop(opts: Options, collector: Collector, reader: RingReader, acct: Accounting, stop: _Stop,
-          on_tick: Callable[[Accounting], None] | None) -> str:
+def _loop(opts: Options, collector: Collector, reader: RingReader, acct: Accounting,
+          stop_reason: Callable[[], str | None], on_tick: Callable[[Accounting], None] | None) -> str:
     start = time.monotonic()
     next_tick = start + TICK_S
     while True:
-        if stop.reason:
-            return stop.reason
+        if reason := stop_reason():
+            return reason
         if opts.duration_s is not None and time.monotonic() - start >= opts.duration_s:
             return f"duration {opts.duration_s:g}s reached"
         if not is_alive(opts.pid):
@@ -116,4 +183,3 @@ def _loop(opts: Options, collector: Collector, reader: RingReader, acct: Account
                 on_tick(acct)
             next_tick = now + TICK_S
         time.sleep(0.02)
-

@@ -1,0 +1,94 @@
+"""What the live screen shows, as plain data built from the ring (no textual, no bcc).
+
+The TUI polls a ring reader, feeds an Accounting and asks a ViewModel for a snapshot
+each refresh. Rates are per second over the last refresh; `reset()` starts the
+counters afresh from now (the `r` key).
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+
+from . import summary as S
+from .accounting import CATEGORIES, Accounting
+from .ring import RingReader
+
+HISTORY = 120
+LABELS = {"python": "Python", "simulator": "Simulator", "backend": "Backend", "cuda_api": "CUDA API", "gpu": "GPU"}
+
+
+class ViewModel:
+    """Reads a ring and turns it into snapshots for display."""
+
+    def __init__(self, ring_path: str, clock=time.monotonic):
+        self.reader = RingReader(ring_path)
+        self.acct = Accounting()
+        self.clock = clock
+        self.history: dict[str, collections.deque] = {c: collections.deque(maxlen=HISTORY) for c in CATEGORIES}
+        self._prev: tuple[float, dict] | None = None
+        self._base: dict | None = None
+        self.started = clock()
+
+    def poll(self) -> None:
+        """Read what the collector wrote since the last call."""
+        self.acct.feed(self.reader.poll())
+
+    def reset(self) -> None:
+        """Count from now on (the display only; the summary file keeps everything)."""
+        self._base = self.summary()
+        self._prev = None
+        for h in self.history.values():
+            h.clear()
+
+    def summary(self) -> dict:
+        """The full summary document as it stands."""
+        return S.build(self.acct, ring_path=self.reader.path, dropped=self.reader.dropped)
+
+    def snapshot(self) -> dict:
+        """Everything the screen shows, for this refresh."""
+        s = self.summary()
+        tot = self._since_reset(s)
+        now = self.clock()
+        rates = self._rates(now, tot)
+        cat_sum = sum(tot[c] or 0.0 for c in CATEGORIES)
+        shares = {c: ((tot[c] or 0.0) / cat_sum if cat_sum else 0.0) for c in CATEGORIES}
+        for c in CATEGORIES:
+            self.history[c].append(100 * shares[c])
+        meta = self.acct.meta
+        return {
+            "pid": s["pid"], "command": s["command"], "uptime_s": self.acct.duration_s,
+            "groups": sorted(meta.get("groups", {})),
+            "modes": s["budget"]["modes"], "calibrated": s["overhead"]["calibrated"],
+            "overhead_pct": self.acct.live_overhead_pct, "dropped": self.reader.dropped,
+            "end_reason": s["end_reason"], "ended": self.acct.end_reason is not None,
+            "categories": [{"name": c, "label": LABELS[c], "seconds": tot[c], "share": shares[c],
+                            "source": s["sources"].get(f"{c}_s", "unavailable"), "history": list(self.history[c])}
+                           for c in CATEGORIES],
+            "operations": [{"name": "<all>", "wall_share": 1.0 if cat_sum else 0.0, "shares": shares,
+                            "transitions_per_s": rates["trans"], "calls_per_s": rates["calls"],
+                            "transitions": tot["transitions"], "calls": tot["calls"]}],
+            "threads": s["threads"],
+            "gpu": {"available": s["totals"]["gpu_s"] is not None},
+            "warnings": [n["msg"] for n in self.acct.notes if n["level"] in ("warn", "error")],
+            "notes": [n["msg"] for n in self.acct.notes],
+        }
+
+    def _since_reset(self, s: dict) -> dict:
+        b = self._base
+        out = {}
+        for c in CATEGORIES:
+            v = s["totals"][f"{c}_s"]
+            out[c] = None if v is None else v - ((b["totals"][f"{c}_s"] or 0.0) if b else 0.0)
+        out["calls"] = sum(v or 0 for v in s["calls"].values()) - (sum(v or 0 for v in b["calls"].values()) if b else 0)
+        out["transitions"] = sum(v or 0 for v in s["transitions"].values()) - (
+            sum(v or 0 for v in b["transitions"].values()) if b else 0)
+        return out
+
+    def _rates(self, now: float, tot: dict) -> dict:
+        prev, self._prev = self._prev, (now, tot)
+        if prev is None or now <= prev[0]:
+            return {"calls": 0.0, "trans": 0.0}
+        dt = now - prev[0]
+        return {"calls": (tot["calls"] - prev[1]["calls"]) / dt,
+                "trans": (tot["transitions"] - prev[1]["transitions"]) / dt}

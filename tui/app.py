@@ -1,0 +1,231 @@
+"""The live screen: a Textual `top` for RL training. Reads only the msgpack ring."""
+
+from __future__ import annotations
+
+import time
+
+from rich.text import Text
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import DataTable, Footer, Static
+
+from rlscope_top import summary as S
+from rlscope_top.view import LABELS, ViewModel
+
+# Okabe-Ito colours (distinguishable with colour-blindness) plus a glyph per category,
+# so the stacked bar reads without colour too.
+STYLE = {"python": ("#56B4E9", "█"), "simulator": ("#009E73", "▒"), "backend": ("#E69F00", "▓"),
+         "cuda_api": ("#CC79A7", "░"), "gpu": ("#D55E00", "▞")}
+SPARK = "▁▂▃▄▅▆▇█"
+THREAD_SORTS = [("on-CPU", "on_cpu_s"), ("off-CPU", "off_cpu_s"), ("Python", "python_s"),
+                ("Backend", "backend_s"), ("TID", "tid")]
+HELP = """[b]rlscope-top keys[/b]
+
+  q  quit: detach, print and write the summary
+  p  pause / resume the display (collection goes on)
+  s  write a snapshot summary now
+  o  change the sort column of the threads table
+  r  reset the counters shown (the summary keeps everything)
+  ?  this help
+
+Bars: █ Python  ▒ Simulator  ▓ Backend  ░ CUDA API  ▞ GPU
+Sources: exact (probes), estimated (overhead budget), n/a (not measured)"""
+
+
+def stacked_bar(shares: dict, width: int) -> Text:
+    """A bar split by category share, coloured and patterned."""
+    out, used = Text(), 0
+    for cat in ("python", "simulator", "backend", "cuda_api"):
+        n = round(shares.get(cat, 0.0) * width)
+        n = min(n, width - used)
+        colour, glyph = STYLE[cat]
+        out.append(glyph * n, style=colour)
+        used += n
+    out.append("·" * (width - used), style="dim")
+    return out
+
+
+def spark(values: list[float], width: int = 16) -> str:
+    """A text sparkline of the last `width` values (0-100)."""
+    vals = values[-width:]
+    return "".join(SPARK[min(7, int(v / 100 * 7.999))] for v in vals)
+
+
+def _fmt_s(v) -> str:
+    return "n/a" if v is None else f"{v:,.2f}s"
+
+
+class HelpScreen(ModalScreen):
+    """The key help, shown over the app."""
+
+    BINDINGS = [Binding("escape,q,question_mark", "app.pop_screen", "close")]
+
+    def compose(self) -> ComposeResult:
+        yield Static(HELP, id="help")
+
+
+class RlscopeApp(App):
+    """Live view of one ring (written by this process's collector or another one)."""
+
+    CSS = """
+    #header { height: 2; background: $boost; padding: 0 1; }
+    #banner { height: auto; background: $warning 30%; padding: 0 1; display: none; }
+    #banner.show { display: block; }
+    #gpu { height: 1; padding: 0 1; color: $text-muted; }
+    #ops { height: 4; }
+    #cats { height: 7; }
+    #threads { height: 1fr; }
+    DataTable { scrollbar-size: 1 1; }
+    HelpScreen { align: center middle; }
+    #help { width: 64; height: auto; border: round $accent; padding: 1 2; background: $surface; }
+    """
+    BINDINGS = [
+        Binding("q", "quit_app", "Quit"),
+        Binding("ctrl+c", "quit_app", "Quit", show=False),
+        Binding("p", "pause", "Pause"),
+        Binding("s", "snapshot", "Snapshot"),
+        Binding("o", "sort", "Sort"),
+        Binding("r", "reset", "Reset"),
+        Binding("question_mark", "help", "Help"),
+    ]
+
+    def __init__(self, ring_path: str, summary_path: str, interval_s: float = 1.0, clock=time.monotonic,
+                 write_on_quit: bool = True):
+        super().__init__()
+        self.write_on_quit = write_on_quit   # False when the session writes the final summary itself
+        self.vm = ViewModel(ring_path, clock=clock)
+        self.summary_path = summary_path
+        self.interval_s = interval_s
+        self.paused = False
+        self.sort_index = 0
+        self.snapshots = 0
+        self.last: dict | None = None
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Static(id="header")
+            yield Static(id="banner")
+            yield DataTable(id="ops", cursor_type="row", zebra_stripes=False)
+            yield DataTable(id="cats", cursor_type="row")
+            yield Static(id="gpu")
+            yield DataTable(id="threads", cursor_type="row")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.title = "rlscope-top"
+        self.query_one("#ops", DataTable).add_columns("operation", "wall", "Python/Sim/Backend/CUDA",
+                                                      "trans/s", "calls/s")
+        self.query_one("#cats", DataTable).add_columns("category", "time", "share", "history", "source")
+        self.query_one("#threads", DataTable).add_columns("tid", "name", "py", "on-CPU", "off-CPU", "Python",
+                                                          "Backend", "Sim", "CUDA")
+        self.refresh_view()
+        self.set_interval(self.interval_s, self.refresh_view)
+
+    # -- refresh -----------------------------------------------------------
+    def refresh_view(self) -> None:
+        """Read the ring and redraw (unless paused; the ring is still read)."""
+        try:
+            self.vm.poll()
+        except Exception as e:  # a vanished or corrupt ring must not freeze the screen
+            self._banner(f"cannot read the ring: {e}")
+            return
+        if self.paused:
+            return
+        snap = self.last = self.vm.snapshot()
+        self._header(snap)
+        self._banner_for(snap)
+        self._ops(snap)
+        self._cats(snap)
+        self._threads(snap)
+        gpu = "GPU: " + ("see the summary" if snap["gpu"]["available"] else
+                         "no GPU activity measured (no GPU, or CUPTI/NVML not enabled): GPU figures are n/a")
+        self.query_one("#gpu", Static).update(gpu)
+
+    def _header(self, s: dict) -> None:
+        modes = ", ".join(f"{c} {m}" for c, m in s["modes"].items()) or "all exact"
+        cmd = (s["command"] or "")[:60]
+        line1 = Text.assemble(("rlscope-top ", "bold"), f"pid {s['pid']}  ", (cmd, "italic"))
+        line2 = (f"up {s['uptime_s']:.0f}s  probes: {', '.join(s['groups']) or 'none yet'}  modes: {modes}  "
+                 f"overhead {s['overhead_pct']:.1f}%{'' if s['calibrated'] else ' (uncalibrated)'}  "
+                 f"drops {s['dropped']}{'  [paused]' if self.paused else ''}")
+        self.query_one("#header", Static).update(Text.assemble(line1, "\n", line2))
+
+    def _banner_for(self, s: dict) -> None:
+        msgs = []
+        if s["ended"]:
+            msgs.append(f"session ended: {s['end_reason']}. Press q to write the summary and quit.")
+        if s["dropped"]:
+            msgs.append(f"ring overrun: {s['dropped']} records lost (totals stay right; history has gaps)")
+        msgs += [w for w in s["warnings"] if "cannot probe" in w or "budget" in w][-2:]
+        self._banner("\n".join(msgs))
+
+    def _banner(self, text: str) -> None:
+        b = self.query_one("#banner", Static)
+        b.update(text)
+        b.set_class(bool(text), "show")
+
+    def _ops(self, s: dict) -> None:
+        t = self.query_one("#ops", DataTable)
+        t.clear()
+        width = max(10, min(40, self.size.width - 50))
+        for op in s["operations"]:
+            t.add_row(op["name"], f"{100 * op['wall_share']:.0f}%", stacked_bar(op["shares"], width),
+                      f"{op['transitions_per_s']:,.0f}", f"{op['calls_per_s']:,.0f}", key=op["name"])
+
+    def _cats(self, s: dict) -> None:
+        t = self.query_one("#cats", DataTable)
+        t.clear()
+        for c in s["categories"]:
+            colour, glyph = STYLE[c["name"]]
+            share = "n/a" if c["seconds"] is None else f"{100 * c['share']:5.1f}%"
+            t.add_row(Text(f"{glyph} {c['label']}", style=colour), _fmt_s(c["seconds"]), share,
+                      Text(spark(c["history"]), style=colour), c["source"], key=c["name"])
+
+    def _threads(self, s: dict) -> None:
+        t = self.query_one("#threads", DataTable)
+        t.clear()
+        label, key = THREAD_SORTS[self.sort_index]
+        rows = sorted(s["threads"], key=lambda r: (r.get(key) or 0), reverse=key != "tid")
+        for r in rows:
+            t.add_row(str(r["tid"]), r["name"], "yes" if r["python_thread"] else "", _fmt_s(r["on_cpu_s"]),
+                      _fmt_s(r["off_cpu_s"]), _fmt_s(r["python_s"]), _fmt_s(r["backend_s"]),
+                      _fmt_s(r["simulator_s"]), _fmt_s(r["cuda_api_s"]), key=str(r["tid"]))
+        t.border_title = f"threads, sorted by {label} (o)"
+
+    # -- keys --------------------------------------------------------------
+    def action_quit_app(self) -> None:
+        """Leave; in `view` mode write the summary from what the ring holds first."""
+        if self.write_on_quit:
+            self.vm.poll()
+            S.write(self.vm.summary(), self.summary_path)
+        self.exit(self.summary_path)
+
+    def action_pause(self) -> None:
+        self.paused = not self.paused
+        self.notify("display paused (collection goes on)" if self.paused else "display resumed")
+        if self.last is not None:
+            self._header(self.last)
+
+    def action_snapshot(self) -> None:
+        self.snapshots += 1
+        path = self.summary_path.removesuffix(".json") + f".snapshot{self.snapshots}.json"
+        S.write(self.vm.summary(), path)
+        self.notify(f"snapshot written to {path}")
+
+    def action_sort(self) -> None:
+        self.sort_index = (self.sort_index + 1) % len(THREAD_SORTS)
+        if self.last is not None:
+            self._threads(self.last)
+
+    def action_reset(self) -> None:
+        self.vm.reset()
+        self.notify("counters reset")
+        self.refresh_view()
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+
+__all__ = ["RlscopeApp", "LABELS", "stacked_bar", "spark"]
