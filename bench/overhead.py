@@ -165,8 +165,11 @@ def write(results: dict, cost: dict, args) -> None:
               "exact mode (`--max-overhead 100`), 10 s:", "",
               "| monitor CPU (% of one core) | monitor peak RSS (MB) |", "|---|---|",
               f"| {cost['cpu_pct']:.1f} | {cost['peak_rss_mb']:.0f} |", ""]
+    keep = ""     # bench/tui_cost.py owns the live screen's section: keep it
+    if os.path.exists(args.out) and "## The live screen's own cost" in open(args.out).read():
+        keep = "\n## The live screen's own cost" + open(args.out).read().split("## The live screen's own cost")[1]
     with open(args.out, "w") as f:
-        f.write("\n".join(lines) + "\n")
+        f.write("\n".join(lines) + "\n" + keep)
     print("\n".join(lines))
 
 

@@ -137,15 +137,17 @@ class Accounting:
         has exact calls and gets time from the latest timed segment; an off segment
         gets both. Estimated time is moved out of Python, where the kernel puts it.
         """
+        orig = th
         th = {**th, "ns": [list(x) for x in th["ns"]], "calls": list(th["calls"]),
               "trans": [list(x) for x in th["trans"]]}
         zero = {"ns": [[0, 0]] * 4, "calls": [0] * 4, "trans": [[0] * 4] * 4, "oh": [0] * 4}
         for cat, segs in self._segs.items():
             ci = CATEGORIES.index(cat)
             bounds = [(mode, ts, snap.get(th["tid"], zero)) for mode, ts, snap in segs]
-            bounds.append((None, self.last_ts, th))
+            bounds.append((None, self.last_ts, orig))      # measured values, never the estimate
             stats = None
-            extra_ns = 0.0
+            extra_ns, extra_calls = 0.0, 0.0
+            extra_trans = [0.0] * 4
             for (mode, t0, a), (_, t1, b) in zip(bounds, bounds[1:]):
                 dcalls = b["calls"][ci] - a["calls"][ci]
                 if mode == "timed":
@@ -161,11 +163,14 @@ class Accounting:
                 mean, rate, on_frac, per_call = stats
                 if mode == "off":       # calls counted while probes were being removed stay
                     est = max(rate * max(0, t1 - t0), dcalls)
-                    th["calls"][ci] += round(est - dcalls)
+                    extra_calls += est - dcalls
                     for f in range(4):
-                        th["trans"][f][ci] += round((est - dcalls) * per_call[f])
+                        extra_trans[f] += (est - dcalls) * per_call[f]
                     dcalls = est
                 extra_ns += dcalls * mean
+            th["calls"][ci] += round(extra_calls)
+            for f in range(4):
+                th["trans"][f][ci] += round(extra_trans[f])
             if extra_ns:
                 self._move_from_python(th, ci, extra_ns, on_frac)
         return th

@@ -8,49 +8,7 @@ from rlscope_top import records as R
 from rlscope_top import summary as S
 from rlscope_top.accounting import Accounting
 
-MS = 1_000_000
-
-
-def _meta(groups):
-    probes = [{"id": 0, "group": "torch", "label": "op begin", "kind": "enter", "cost_ns": 700},
-              {"id": 1, "group": "torch", "label": "op end", "kind": "exit", "cost_ns": 700},
-              {"id": 2, "group": "mujoco", "label": "mj_step", "kind": "pair", "cost_ns": 1200}]
-    return R.meta(pid=42, command="python train.py", t0_ns=1000 * MS, wall0=1_700_000_000.0, interval_s=1.0,
-                  probes=probes, labels=["op begin", "op end", "mj_step"], groups=groups, missing={},
-                  host="h", kernel="k")
-
-
-def _thread(tid, py, ns, calls, trans, exited=False, oh=(0, 0, 0, 0)):
-    return R.thread(tid=tid, name=f"t{tid}", python=py, exited=exited, ns=ns, trans=trans, calls=calls,
-                    oh=list(oh))
-
-
-def _trans(**kw):
-    t = [[0] * 4 for _ in range(4)]
-    idx = {"py": 0, "be": 1, "sim": 2, "cuda": 3}
-    for k, v in kw.items():
-        a, b = k.split("_")
-        t[idx[a]][idx[b]] = v
-    return t
-
-
-def _stream():
-    main1 = _thread(42, True, [[300 * MS, 100 * MS], [200 * MS, 0], [100 * MS, 0], [0, 0]], [0, 23, 7, 0],
-                    _trans(py_be=23, py_sim=7))
-    main2 = _thread(42, True, [[600 * MS, 200 * MS], [400 * MS, 0], [300 * MS, 100 * MS], [0, 0]], [0, 1009, 23, 0],
-                    _trans(py_be=1009, py_sim=23), oh=(100 * MS, 40 * MS, 0, 0))
-    worker = _thread(43, True, [[100 * MS, 0], [0, 0], [0, 0], [0, 0]], [0, 0, 0, 0], _trans(), exited=True)
-    pool = _thread(44, False, [[500 * MS, 1500 * MS], [0, 0], [0, 0], [0, 0]], [0, 0, 0, 0], _trans(),
-                   oh=(5 * MS, 0, 0, 0))
-    return [
-        _meta({"torch": ["/x/libtorch_python.so"], "mujoco": ["/x/libmujoco.so"]}),
-        R.counters(1500 * MS, [main1], [30, 30, 7]),
-        R.intervals([R.interval(42, "range", "Optimizer.step#SGD.step", 1100 * MS, 1150 * MS),
-                     R.interval(42, "range", "Optimizer.step#SGD.step", 1200 * MS, 1230 * MS)]),
-        R.counters(3000 * MS, [main2, worker, pool], [1100, 1100, 23]),
-        R.note(3000 * MS, "info", "hello"),
-        R.end(3000 * MS, "target exited"),
-    ]
+from streams import MS, stream as _stream
 
 
 def test_totals_sum_python_threads_only():
@@ -129,3 +87,32 @@ def test_later_counters_replace_earlier_ones_so_drops_lose_no_totals():
     full.feed(stream)
     lossy.feed([r for r in stream if not (r["t"] == "ctr" and r["ts"] == 1500 * MS)])
     assert S.build(full)["totals"] == S.build(lossy)["totals"]
+
+
+def _th(calls, backend_ns, python_ns):
+    from streams import _thread, _trans
+    return _thread(42, True, [[python_ns, 0], [backend_ns, 0], [0, 0], [0, 0]], [0, calls, 0, 0],
+                   _trans(py_be=calls))
+
+
+def test_budget_estimates_follow_each_segment():
+    """timed 1 s (1000 calls, 1 ms each) -> off 2 s -> timed 1 s -> off 1 s: every off second
+    is estimated from the latest window, and an estimate never leaks into the next segment."""
+    from streams import meta_record
+    from rlscope_top import records as R
+    s0 = 1000 * MS
+    recs = [meta_record({"torch": ["/x"]}),
+            R.counters(s0 + 1000 * MS, [_th(1000, 1000 * MS, 0)], [0, 0, 0]),
+            R.mode(s0 + 1000 * MS, "backend", "off", 50.0, 5.0),
+            R.counters(s0 + 3000 * MS, [_th(1000, 1000 * MS, 2000 * MS)], [0, 0, 0]),
+            R.mode(s0 + 3000 * MS, "backend", "timed", 0.0, 5.0),
+            R.counters(s0 + 4000 * MS, [_th(1500, 1500 * MS, 2500 * MS)], [0, 0, 0]),   # 500 calls x 1 ms
+            R.mode(s0 + 4000 * MS, "backend", "off", 50.0, 5.0),
+            R.counters(s0 + 5000 * MS, [_th(1500, 1500 * MS, 3500 * MS)], [0, 0, 0])]
+    a = Accounting()
+    a.feed(recs)
+    (th,) = a.python_threads()
+    assert th["calls"][1] == 1000 + 2000 + 500 + 500          # off: 1000/s then 500/s
+    assert th["ns"][1][0] == (1000 + 2000 + 500 + 500) * MS   # 1 ms per call throughout
+    assert th["ns"][0][0] == (3500 - 2000 - 500) * MS         # moved out of Python
+    assert a.samples("backend") == 1

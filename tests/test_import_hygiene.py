@@ -22,7 +22,7 @@ def _loaded(mods, banned):
 
 @pytest.mark.parametrize("mods,banned", [
     (["rlscope_top.probes.loader", "rlscope_top.probes.catalog", "rlscope_top.collector"], ["textual"]),
-    (["rlscope_top.tui"], ["bcc"]),
+    (["rlscope_top.tui", "rlscope_top.tui.app", "rlscope_top.view"], ["bcc", "rlscope_top.probes.loader"]),
     (["rlscope_top.accounting", "rlscope_top.summary", "rlscope_top.ring", "rlscope_top.records"],
      ["bcc", "textual"]),
 ])

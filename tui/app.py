@@ -74,8 +74,8 @@ class RlscopeApp(App):
     #banner { height: auto; background: $warning 30%; padding: 0 1; display: none; }
     #banner.show { display: block; }
     #gpu { height: 1; padding: 0 1; color: $text-muted; }
-    #ops { height: 4; }
-    #cats { height: 7; }
+    #ops { height: auto; max-height: 8; }
+    #cats { height: auto; }
     #threads { height: 1fr; }
     DataTable { scrollbar-size: 1 1; }
     HelpScreen { align: center middle; }
@@ -140,7 +140,7 @@ class RlscopeApp(App):
         self._cats(snap)
         self._threads(snap)
         gpu = "GPU: " + ("see the summary" if snap["gpu"]["available"] else
-                         "no GPU activity measured (no GPU, or CUPTI/NVML not enabled): GPU figures are n/a")
+                         "n/a, no GPU activity measured (see `rlscope-top doctor`)")
         self.query_one("#gpu", Static).update(gpu)
 
     def _header(self, s: dict) -> None:

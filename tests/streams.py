@@ -1,0 +1,47 @@
+"""Hand-built record streams with known answers, shared by accounting and TUI tests."""
+
+from rlscope_top import records as R
+
+MS = 1_000_000
+
+
+def meta_record(groups):
+    probes = [{"id": 0, "group": "torch", "label": "op begin", "kind": "enter", "cost_ns": 700},
+              {"id": 1, "group": "torch", "label": "op end", "kind": "exit", "cost_ns": 700},
+              {"id": 2, "group": "mujoco", "label": "mj_step", "kind": "pair", "cost_ns": 1200}]
+    return R.meta(pid=42, command="python train.py", t0_ns=1000 * MS, wall0=1_700_000_000.0, interval_s=1.0,
+                  probes=probes, labels=["op begin", "op end", "mj_step"], groups=groups, missing={},
+                  host="h", kernel="k")
+
+
+def _thread(tid, py, ns, calls, trans, exited=False, oh=(0, 0, 0, 0)):
+    return R.thread(tid=tid, name=f"t{tid}", python=py, exited=exited, ns=ns, trans=trans, calls=calls,
+                    oh=list(oh))
+
+
+def _trans(**kw):
+    t = [[0] * 4 for _ in range(4)]
+    idx = {"py": 0, "be": 1, "sim": 2, "cuda": 3}
+    for k, v in kw.items():
+        a, b = k.split("_")
+        t[idx[a]][idx[b]] = v
+    return t
+
+
+def stream():
+    main1 = _thread(42, True, [[300 * MS, 100 * MS], [200 * MS, 0], [100 * MS, 0], [0, 0]], [0, 23, 7, 0],
+                    _trans(py_be=23, py_sim=7))
+    main2 = _thread(42, True, [[600 * MS, 200 * MS], [400 * MS, 0], [300 * MS, 100 * MS], [0, 0]], [0, 1009, 23, 0],
+                    _trans(py_be=1009, py_sim=23), oh=(100 * MS, 40 * MS, 0, 0))
+    worker = _thread(43, True, [[100 * MS, 0], [0, 0], [0, 0], [0, 0]], [0, 0, 0, 0], _trans(), exited=True)
+    pool = _thread(44, False, [[500 * MS, 1500 * MS], [0, 0], [0, 0], [0, 0]], [0, 0, 0, 0], _trans(),
+                   oh=(5 * MS, 0, 0, 0))
+    return [
+        meta_record({"torch": ["/x/libtorch_python.so"], "mujoco": ["/x/libmujoco.so"]}),
+        R.counters(1500 * MS, [main1], [30, 30, 7]),
+        R.intervals([R.interval(42, "range", "Optimizer.step#SGD.step", 1100 * MS, 1150 * MS),
+                     R.interval(42, "range", "Optimizer.step#SGD.step", 1200 * MS, 1230 * MS)]),
+        R.counters(3000 * MS, [main2, worker, pool], [1100, 1100, 23]),
+        R.note(3000 * MS, "info", "hello"),
+        R.end(3000 * MS, "target exited"),
+    ]

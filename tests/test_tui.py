@@ -1,0 +1,181 @@
+"""The live screen, driven the way a user drives it: Pilot key presses on a recorded
+ring, and snapshots at 80x24 and 160x48."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from rlscope_top.ring import RingWriter
+from rlscope_top.tui.app import HelpScreen, RlscopeApp, spark, stacked_bar
+from streams import stream
+
+FROZEN = lambda: 1000.0  # noqa: E731 - a clock that never moves: no rates, no drift
+
+
+@pytest.fixture
+def ring(tmp_path):
+    """A recorded session: meta, counters, ranges, notes and the target exiting."""
+    path = str(tmp_path / "ring.bin")
+    w = RingWriter(path, capacity=1 << 16)
+    for r in stream():
+        w.write(r)
+    w.close()
+    return path
+
+
+@pytest.fixture
+def running_ring(tmp_path):
+    """The same session, still running (no end record)."""
+    path = str(tmp_path / "ring-running.bin")
+    w = RingWriter(path, capacity=1 << 16)
+    for r in stream()[:-1]:
+        w.write(r)
+    return path
+
+
+def _app(ring, tmp_path, **kw):
+    return RlscopeApp(ring, str(tmp_path / "summary.json"), clock=FROZEN, **kw)
+
+
+def _cells(app, table_id):
+    t = app.query_one(table_id)
+    return [[str(c) for c in t.get_row_at(i)] for i in range(t.row_count)]
+
+
+def drive(app, *keys, size=(120, 40)):
+    """Run the app headless, press keys, return what the test wants to look at."""
+    async def go():
+        async with app.run_test(size=size) as pilot:
+            await pilot.pause()
+            for k in keys:
+                await pilot.press(k)
+                await pilot.pause()
+            return pilot
+    return asyncio.run(go())
+
+
+def test_rows_show_the_recorded_breakdown(ring, tmp_path):
+    app = _app(ring, tmp_path)
+    seen = {}
+
+    async def go():
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.pause()
+            seen["cats"] = _cells(app, "#cats")
+            seen["ops"] = _cells(app, "#ops")
+            seen["threads"] = _cells(app, "#threads")
+            seen["header"] = str(app.query_one("#header").render())
+            seen["gpu"] = str(app.query_one("#gpu").render())
+    asyncio.run(go())
+    cats = {row[0][2:]: row for row in seen["cats"]}
+    assert cats["Python"][1] == "0.80s" and cats["Python"][2].strip() == "51.3%"   # 0.8 / (0.8 + 0.36 + 0.4)
+    assert cats["Backend"][1] == "0.36s" and cats["Simulator"][1] == "0.40s"
+    assert cats["CUDA API"][1] == "n/a" and cats["CUDA API"][4] == "unavailable"
+    assert seen["ops"][0][0] == "<all>" and seen["ops"][0][1] == "100%"
+    assert [r[0] for r in seen["threads"]] == ["42", "44", "43"]        # on-CPU: 1.16 s, 0.495 s, 0.1 s
+    assert "pid 42" in seen["header"] and "python train.py" in seen["header"]
+    assert "n/a, no GPU activity" in seen["gpu"]
+
+
+def test_sort_key_cycles_the_threads_table(ring, tmp_path):
+    app = _app(ring, tmp_path)
+    order = []
+
+    async def go():
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.pause()
+            for _ in range(5):
+                order.append([r[0] for r in _cells(app, "#threads")])
+                await pilot.press("o")
+                await pilot.pause()
+    asyncio.run(go())
+    assert order[0] == ["42", "44", "43"]          # on-CPU
+    assert order[1] == ["44", "42", "43"]          # off-CPU: 1.5 s, 0.3 s, 0
+    assert order[2] == ["44", "42", "43"]          # Python: the pool thread's time is all Python
+    assert order[3][0] == "42"                     # Backend
+    assert order[4] == ["42", "43", "44"]          # TID ascending
+
+
+def test_exit_banner_and_quit_writes_the_summary(ring, tmp_path):
+    app = _app(ring, tmp_path)
+    banner = {}
+
+    async def go():
+        async with app.run_test(size=(100, 30)) as pilot:
+            await pilot.pause()
+            b = app.query_one("#banner")
+            banner["text"], banner["shown"] = str(b.render()), b.has_class("show")
+            await pilot.press("q")
+    asyncio.run(go())
+    assert banner["shown"] and "target exited" in banner["text"]
+    assert app.return_value == str(tmp_path / "summary.json")
+    s = json.loads((tmp_path / "summary.json").read_text())
+    assert s["schema"] == "rlscope-top.summary/1" and s["calls"]["backend"] == 1009
+
+
+def test_no_banner_while_running_and_snapshot_key(running_ring, tmp_path):
+    app = _app(running_ring, tmp_path)
+    state = {}
+
+    async def go():
+        async with app.run_test(size=(100, 30)) as pilot:
+            await pilot.pause()
+            state["banner"] = app.query_one("#banner").has_class("show")
+            await pilot.press("s")
+            await pilot.pause()
+    asyncio.run(go())
+    assert state["banner"] is False
+    snap = json.loads((tmp_path / "summary.snapshot1.json").read_text())
+    assert snap["end_reason"] is None and snap["totals"]["python_s"] == 0.8
+
+
+def test_pause_reset_and_help(ring, tmp_path):
+    app = _app(ring, tmp_path)
+    state = {}
+
+    async def go():
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.pause()
+            await pilot.press("p")
+            state["paused"] = app.paused and "[paused]" in str(app.query_one("#header").render())
+            await pilot.press("p")
+            await pilot.press("r")
+            await pilot.pause()
+            state["after_reset"] = {row[0][2:]: row[1] for row in _cells(app, "#cats")}
+            await pilot.press("question_mark")
+            await pilot.pause()
+            state["help"] = isinstance(app.screen, HelpScreen)
+            await pilot.press("escape")
+            await pilot.pause()
+            state["closed"] = not isinstance(app.screen, HelpScreen)
+    asyncio.run(go())
+    assert state["paused"]
+    assert state["after_reset"]["Python"] == "0.00s" and state["after_reset"]["Backend"] == "0.00s"
+    assert state["help"] and state["closed"]
+
+
+def test_bar_and_sparkline_read_without_colour():
+    bar = stacked_bar({"python": 0.5, "simulator": 0.25, "backend": 0.25, "cuda_api": 0.0}, 8)
+    assert bar.plain == "████▒▒▓▓"
+    assert stacked_bar({"python": 0.0}, 4).plain == "····"
+    assert spark([0, 50, 100]) == "▁▄█"
+
+
+def test_unreadable_ring_is_a_clear_error(tmp_path):
+    from rlscope_top.ring import RingError
+    bad = tmp_path / "x.bin"
+    bad.write_bytes(b"\0" * 8192)
+    with pytest.raises(RingError, match="not an rlscope-top ring"):
+        RlscopeApp(str(bad), str(tmp_path / "s.json"))
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 48)])
+def test_snapshot(snap_compare, ring, tmp_path, size):
+    assert snap_compare(_app(ring, tmp_path), terminal_size=size)
+
+
+def test_snapshot_help_and_sorted(snap_compare, ring, tmp_path):
+    assert snap_compare(_app(ring, tmp_path), press=["o", "question_mark"], terminal_size=(80, 24))
