@@ -87,6 +87,7 @@ def test_sort_key_cycles_the_threads_table(ring, tmp_path):
     async def go():
         async with app.run_test(size=(120, 40)) as pilot:
             await pilot.pause()
+            app.query_one("#threads").focus()
             for _ in range(5):
                 order.append([r[0] for r in _cells(app, "#threads")])
                 await pilot.press("o")
@@ -97,6 +98,28 @@ def test_sort_key_cycles_the_threads_table(ring, tmp_path):
     assert order[2] == ["44", "42", "43"]          # Python: the pool thread's time is all Python
     assert order[3][0] == "42"                     # Backend
     assert order[4] == ["42", "43", "44"]          # TID ascending
+
+
+def test_sort_follows_focus_and_enter_shows_details(ring, tmp_path):
+    app = _app(ring, tmp_path)
+    state = {}
+
+    async def go():
+        async with app.run_test(size=(120, 40), notifications=True) as pilot:
+            await pilot.pause()
+            app.query_one("#cats").focus()
+            await pilot.press("o")                          # categories by time
+            await pilot.pause()
+            state["cats"] = [r[0][2:] for r in _cells(app, "#cats")]
+            state["threads"] = [r[0] for r in _cells(app, "#threads")]
+            app.query_one("#ops").focus()
+            await pilot.press("enter")
+            await pilot.pause()
+            state["notes"] = [n.message for n in app._notifications]
+    asyncio.run(go())
+    assert state["cats"] == ["Python", "Simulator", "Backend", "CUDA API"]   # 0.8 s, 0.4 s, 0.36 s, n/a
+    assert state["threads"] == ["42", "44", "43"]                            # untouched: not focused
+    assert any("<all>: Python 51.3%" in n and "1,032 calls" in n for n in state["notes"]), state["notes"]
 
 
 def test_exit_banner_and_quit_writes_the_summary(ring, tmp_path):
@@ -178,4 +201,4 @@ def test_snapshot(snap_compare, ring, tmp_path, size):
 
 
 def test_snapshot_help_and_sorted(snap_compare, ring, tmp_path):
-    assert snap_compare(_app(ring, tmp_path), press=["o", "question_mark"], terminal_size=(80, 24))
+    assert snap_compare(_app(ring, tmp_path), press=["tab", "tab", "o", "question_mark"], terminal_size=(80, 24))

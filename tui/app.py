@@ -19,14 +19,19 @@ from rlscope_top.view import LABELS, ViewModel
 STYLE = {"python": ("#56B4E9", "█"), "simulator": ("#009E73", "▒"), "backend": ("#E69F00", "▓"),
          "cuda_api": ("#CC79A7", "░"), "gpu": ("#D55E00", "▞")}
 SPARK = "▁▂▃▄▅▆▇█"
-THREAD_SORTS = [("on-CPU", "on_cpu_s"), ("off-CPU", "off_cpu_s"), ("Python", "python_s"),
-                ("Backend", "backend_s"), ("TID", "tid")]
+SORTS = {  # per table: (label, key of the row's data); the first is the default
+    "threads": [("on-CPU", "on_cpu_s"), ("off-CPU", "off_cpu_s"), ("Python", "python_s"),
+                ("Backend", "backend_s"), ("TID", "tid")],
+    "cats": [("stack order", None), ("time", "seconds")],
+    "ops": [("wall", "wall_share"), ("calls/s", "calls_per_s"), ("trans/s", "transitions_per_s")],
+}
 HELP = """[b]rlscope-top keys[/b]
 
   q  quit: detach, print and write the summary
   p  pause / resume the display (collection goes on)
   s  write a snapshot summary now
-  o  change the sort column of the threads table
+  o  change the sort column of the focused table (tab moves focus)
+  enter  details of the selected row
   r  reset the counters shown (the summary keeps everything)
   ?  this help
 
@@ -99,7 +104,7 @@ class RlscopeApp(App):
         self.summary_path = summary_path
         self.interval_s = interval_s
         self.paused = False
-        self.sort_index = 0
+        self.sort = {name: 0 for name in SORTS}
         self.snapshots = 0
         self.last: dict | None = None
 
@@ -170,14 +175,14 @@ class RlscopeApp(App):
         t = self.query_one("#ops", DataTable)
         t.clear()
         width = max(10, min(40, self.size.width - 50))
-        for op in s["operations"]:
+        for op in self._sorted("ops", s["operations"]):
             t.add_row(op["name"], f"{100 * op['wall_share']:.0f}%", stacked_bar(op["shares"], width),
                       f"{op['transitions_per_s']:,.0f}", f"{op['calls_per_s']:,.0f}", key=op["name"])
 
     def _cats(self, s: dict) -> None:
         t = self.query_one("#cats", DataTable)
         t.clear()
-        for c in s["categories"]:
+        for c in self._sorted("cats", s["categories"]):
             colour, glyph = STYLE[c["name"]]
             share = "n/a" if c["seconds"] is None else f"{100 * c['share']:5.1f}%"
             t.add_row(Text(f"{glyph} {c['label']}", style=colour), _fmt_s(c["seconds"]), share,
@@ -186,13 +191,16 @@ class RlscopeApp(App):
     def _threads(self, s: dict) -> None:
         t = self.query_one("#threads", DataTable)
         t.clear()
-        label, key = THREAD_SORTS[self.sort_index]
-        rows = sorted(s["threads"], key=lambda r: (r.get(key) or 0), reverse=key != "tid")
-        for r in rows:
+        for r in self._sorted("threads", s["threads"]):
             t.add_row(str(r["tid"]), r["name"], "yes" if r["python_thread"] else "", _fmt_s(r["on_cpu_s"]),
                       _fmt_s(r["off_cpu_s"]), _fmt_s(r["python_s"]), _fmt_s(r["backend_s"]),
                       _fmt_s(r["simulator_s"]), _fmt_s(r["cuda_api_s"]), key=str(r["tid"]))
-        t.border_title = f"threads, sorted by {label} (o)"
+
+    def _sorted(self, table: str, rows: list[dict]) -> list[dict]:
+        _, key = SORTS[table][self.sort[table]]
+        if key is None:
+            return rows
+        return sorted(rows, key=lambda r: (r.get(key) or 0), reverse=key != "tid")
 
     # -- keys --------------------------------------------------------------
     def action_quit_app(self) -> None:
@@ -215,9 +223,30 @@ class RlscopeApp(App):
         self.notify(f"snapshot written to {path}")
 
     def action_sort(self) -> None:
-        self.sort_index = (self.sort_index + 1) % len(THREAD_SORTS)
+        """Cycle the sort column of the focused table (threads when none has focus)."""
+        focused = self.focused.id if isinstance(self.focused, DataTable) else "threads"
+        self.sort[focused] = (self.sort[focused] + 1) % len(SORTS[focused])
+        self.notify(f"{focused} sorted by {SORTS[focused][self.sort[focused]][0]}")
         if self.last is not None:
-            self._threads(self.last)
+            {"ops": self._ops, "cats": self._cats, "threads": self._threads}[focused](self.last)
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        """Enter on a row: its details as a notice (operations and threads)."""
+        if self.last is None:
+            return
+        key, table = event.row_key.value, event.data_table.id
+        if table == "ops":
+            op = next((o for o in self.last["operations"] if o["name"] == key), None)
+            if op:
+                parts = "  ".join(f"{LABELS[c]} {100 * v:.1f}%" for c, v in op["shares"].items())
+                self.notify(f"{key}: {parts}; {op['calls']:,} calls, {op['transitions']:,} transitions",
+                            title="operation")
+        elif table == "threads":
+            th = next((t for t in self.last["threads"] if str(t["tid"]) == key), None)
+            if th:
+                self.notify(f"tid {key} {th['name']}: " + ", ".join(
+                    f"{LABELS[c]} {_fmt_s(th[f'{c}_s'])}" for c in ("python", "backend", "simulator", "cuda_api")),
+                    title="thread")
 
     def action_reset(self) -> None:
         self.vm.reset()
