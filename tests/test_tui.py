@@ -45,18 +45,6 @@ def _cells(app, table_id):
     return [[str(c) for c in t.get_row_at(i)] for i in range(t.row_count)]
 
 
-def drive(app, *keys, size=(120, 40)):
-    """Run the app headless, press keys, return what the test wants to look at."""
-    async def go():
-        async with app.run_test(size=size) as pilot:
-            await pilot.pause()
-            for k in keys:
-                await pilot.press(k)
-                await pilot.pause()
-            return pilot
-    return asyncio.run(go())
-
-
 def test_rows_show_the_recorded_breakdown(ring, tmp_path):
     app = _app(ring, tmp_path)
     seen = {}
