@@ -104,8 +104,11 @@ def run_live(opts: Options) -> dict:
     worker.join()
     if "error" in box:
         raise box["error"]
-    S.render(box["summary"])
-    return box["summary"]
+    summary = box["summary"]
+    S.render(summary)
+    print(f"rlscope-top: {summary['end_reason']}; detached in {summary['overhead']['detach_s']:.2f}s; "
+          f"summary written to {summary['_path']}", file=sys.stderr, flush=True)
+    return summary
 
 
 def view(ring_path: str, summary_path: str, interval_s: float = 1.0) -> str:
@@ -154,9 +157,7 @@ def _session(opts: Options, stop_reason: Callable[[], str | None], on_tick, read
         S.write(summary, path)
         if render:
             S.render(summary)
-        if stop_reason() or not ready:
-            screen["owned"] = False
-        notify("status", f"detached in {detach_s:.2f}s; summary written to {path}")
+            notify("status", f"detached in {detach_s:.2f}s; summary written to {path}")
         summary["_path"] = path
         return summary
     finally:
