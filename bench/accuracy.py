@@ -47,18 +47,24 @@ def run(wargs: list[str], seconds: float, simlib: str, tmp: str) -> dict:
     t = subprocess.Popen([PY, os.path.join(REPO, "tests", "targets", "known_split.py"), simlib, truth_path, *wargs],
                          stdout=subprocess.PIPE, text=True, cwd=os.path.join(REPO, "tests", "targets"))
     t.stdout.readline()
-    time.sleep(3.0)                 # unprobed reference cycles
+    before = time.monotonic_ns()
+    time.sleep(3.0)                 # unprobed reference before the monitor starts (its compile competes
+    before_end = time.monotonic_ns()  # for the CPUs) and after it detached, so that drift cancels
     summary = os.path.join(tmp, "s.json")
     m = subprocess.run([PY, "-m", "rlscope_top.cli", "attach", str(t.pid), "--duration", str(seconds),
                         "--max-overhead", "100", "--sim-lib", f"{simlib}:sim_step", "--summary", summary, "-q"],
                        capture_output=True, text=True)
+    after = time.monotonic_ns()
+    time.sleep(3.0)
+    spans = [(before, before_end), (after, time.monotonic_ns())]
     t.send_signal(signal.SIGTERM)
     t.wait()
     if m.returncode:
         raise RuntimeError(m.stderr)
     s = json.load(open(summary))
     items = json.load(open(truth_path))
-    return {"summary": s, "probed": truth_shares(items, s["window"]), "unprobed": unprobed_shares(items, s["window"])}
+    return {"summary": s, "probed": truth_shares(items, s["window"]),
+            "unprobed": unprobed_shares(items, spans)}
 
 
 def shares(figs: dict) -> dict:
@@ -97,7 +103,8 @@ def write(rows, args) -> None:
              "Truth is what each target measures itself (tests/targets/known_split.py: pure-Python loop, a C "
              "simulator call through ctypes, `torch.mm`). *Raw* compares our uncorrected shares with the target's "
              "own in-window timing, which includes the probes' cost. *Corrected* compares our corrected shares with "
-             "the same target's cycles before attach (unprobed), as RL-Scope compared against an uninstrumented run. "
+             "the same target's unprobed cycles, before the monitor started and after it detached (drift "
+             "cancels), as RL-Scope compared against an uninstrumented run. "
              "Errors are percentage points of the Python+Simulator+Backend total.", "",
              "| workload | torch calls/s | truth py/sim/backend % | raw error pp (py/sim/be) | "
              "corrected error pp (py/sim/be) | max corrected |",

@@ -19,13 +19,18 @@ CATS = ("python", "simulator", "backend")
 def _run(target, monitor, tmp_path, simlib, workload, *extra, env=None, unprobed_s=0.0):
     truth_path = tmp_path / "truth.json"
     t = target("known_split.py", simlib, truth_path, *workload)
-    time.sleep(unprobed_s)          # cycles before attach are the unprobed reference
+    before = time.monotonic_ns()
+    time.sleep(unprobed_s)          # unprobed reference: before the monitor starts (its BPF compile
+    before_end = time.monotonic_ns()  # competes for the CPUs) ...
     m, summary = monitor(t.pid, "--sim-lib", f"{simlib}:sim_step", *extra, env=env)
     assert m.finish(timeout=90) == 0, m.stderr_text
+    after = time.monotonic_ns()     # ... and after it has detached, so that drift cancels
+    time.sleep(unprobed_s)
     t.finish(signal.SIGTERM)
     s = load_summary(summary)
     items = json.loads(truth_path.read_text())
-    truth = unprobed_shares(items, s["window"]) if unprobed_s else truth_shares(items, s["window"])
+    spans = [(before, before_end), (after, time.monotonic_ns())]
+    truth = unprobed_shares(items, spans) if unprobed_s else truth_shares(items, s["window"])
     return s, truth, m
 
 

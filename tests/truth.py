@@ -41,24 +41,27 @@ def truth_shares(items, window) -> dict:
     return {k: v / whole for k, v in s.items()}
 
 
-def unprobed_shares(items, window) -> dict:
-    """Shares over the cycles that ended before attach: what the program does unprobed.
+def unprobed_shares(items, spans) -> dict:
+    """Shares over the cycles that ran entirely inside unprobed spans: what the program
+    does without probes. Pass the span before the monitor started and the one after it
+    detached, so that drift of the machine over the run cancels out.
 
-    The target's own timing of a probed call includes the probes' cost, so corrected
-    figures are compared with this, as RL-Scope compared with an uninstrumented run.
+    Args:
+        items: the target's phase log.
+        spans: [(start_ns, end_ns), ...] in CLOCK_MONOTONIC.
     """
-    t0 = window["t0_monotonic_ns"]
     timer, items = _timer(items)
-    per_thread: dict[int, dict] = {}
-    for kind, tid, a, b in items:
-        if b < t0:
-            d = per_thread.setdefault(tid, {"first": a, "last": b, **dict.fromkeys(CATS, 0)})
-            d[kind] += max(0, b - a - timer)
-            d["first"], d["last"] = min(d["first"], a), max(d["last"], b)
     tot = dict.fromkeys(CATS, 0)
-    for d in per_thread.values():
-        d["python"] += (d["last"] - d["first"]) - sum(d[k] for k in CATS)
-        for k in CATS:
-            tot[k] += d[k]
+    for lo, hi in spans:
+        per_thread: dict[int, dict] = {}
+        for kind, tid, a, b in items:
+            if lo <= a and b <= hi:
+                d = per_thread.setdefault(tid, {"first": a, "last": b, **dict.fromkeys(CATS, 0)})
+                d[kind] += max(0, b - a - timer)
+                d["first"], d["last"] = min(d["first"], a), max(d["last"], b)
+        for d in per_thread.values():
+            d["python"] += (d["last"] - d["first"]) - sum(d[k] for k in CATS)
+            for k in CATS:
+                tot[k] += d[k]
     whole = sum(tot.values())
     return {k: v / whole for k, v in tot.items()}
