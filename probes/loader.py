@@ -213,9 +213,8 @@ class ProbeSet:
         cost = self.calibration.cost(spec.kind, emulated)
         self.bpf["costs"][ct.c_int(i)] = self.bpf["costs"].Leaf(*(cost[k] for k in (
             "enter_before", "enter_after", "exit_before", "exit_after")))
-        a = Attached(i, spec, path, offset, emulated, self.calibration.hit_ns(spec.kind, emulated), root_path, {})
-        parts = ("exit", "entry") if spec.kind == PAIR else ("exit" if spec.kind in (EXIT, RANGE_END) else "entry",)
-        for part in parts:              # exits first: an exit without its entry is ignored
+        a = Attached(i, spec, path, offset, emulated, 0, root_path, {})
+        for part in _parts(spec):
             self._attach_part(a, part)
             if part not in a.parts:
                 for done in list(a.parts):
@@ -254,7 +253,7 @@ class ProbeSet:
         mine = [a for a in self.attached if a.spec.category == cat and a.spec.kind in (PAIR, ENTER, EXIT)]
         for part in ("exit", "entry"):
             for a in mine:
-                if part not in a.parts and (a.spec.kind == PAIR or part == ("exit" if a.spec.kind == EXIT else "entry")):
+                if part not in a.parts and part in _parts(a.spec):
                     self._attach_part(a, part)
         self.bpf["modes"][ct.c_int(cat)] = ct.c_uint(0)
         self.modes[cat] = "timed"
@@ -273,8 +272,7 @@ class ProbeSet:
             self.notify("warn", f"{a.spec.group}: cannot probe {a.spec.label} in {os.path.basename(a.path)}: "
                                 f"{_first_line(e)}")
             return
-        a.cost_ns = self.calibration.hit_ns(a.spec.kind, a.emulated) if len(a.parts) == a.spec.n_attach \
-            else a.cost_ns
+        a.cost_ns = self._cost_now(a)
 
     def _detach(self, a: Attached, part: str) -> None:
         if part not in a.parts:
@@ -287,8 +285,15 @@ class ProbeSet:
                 self.bpf.detach_uprobe(name=a.root_path, sym=a.spec.symbol, sym_off=off, pid=self.pid)
         except Exception as e:  # gone with the process already
             self.notify("warn", f"detach {a.spec.label}: {_first_line(e)}")
-        cost = self.calibration.cost(a.spec.kind, a.emulated)
-        a.cost_ns = (cost["enter_before"] + cost["enter_after"]) if a.parts else 0
+        a.cost_ns = self._cost_now(a)
+
+    def _cost_now(self, a: Attached) -> int:
+        """Calibrated cost of one hit of the parts of a probe that are attached now."""
+        if len(a.parts) == a.spec.n_attach:
+            return self.calibration.hit_ns(a.spec.kind, a.emulated)
+        c = self.calibration.cost(a.spec.kind, a.emulated)
+        return sum(c[f"{p}_before"] + c[f"{p}_after"] for p in ("enter", "exit")
+                   if ("entry" if p == "enter" else "exit") in a.parts)
 
     def _code_at(self, path: str, sym: str, n: int = 32) -> bytes:
         _, off = self._bcc.BPF._check_path_symbol(path.encode(), sym.encode(), None, -1)
@@ -342,6 +347,14 @@ class ProbeSet:
     def _on_event(self, ctx, data, size):
         e = self.bpf["events"].event(data)
         self._events.append((e.kind, e.ts, e.tid, e.name.decode(errors="replace"), e.cat))
+
+
+def _parts(spec: ProbeSpec) -> tuple[str, ...]:
+    """The kernel probes a catalog entry needs, exits first: an exit seen without its entry
+    is ignored, so attaching in this order can never leave a call open."""
+    if spec.kind == PAIR:
+        return ("exit", "entry")
+    return ("exit",) if spec.kind in (EXIT, RANGE_END) else ("entry",)
 
 
 @contextlib.contextmanager

@@ -132,8 +132,8 @@ class Collector:
             new = self.probes.degrade(d.category)
             self.ring.write(R.mode(time.monotonic_ns(), name, new, d.overhead_pct, self.budget.max_pct))
         if new == "off":                # keep the estimate fresh with short timed windows
-            full = d.category_pct if d.mode != "count" or new == "off" else 2 * d.category_pct
-            period = max(MIN_SAMPLE_PERIOD_S, SAMPLE_WINDOW_S * full / (SAMPLE_SHARE * self.budget.max_pct))
+            period = max(MIN_SAMPLE_PERIOD_S,
+                         SAMPLE_WINDOW_S * d.category_pct / (SAMPLE_SHARE * self.budget.max_pct))
             self._samples[d.category] = {"next": now + period, "until": None, "period": period}
         how = {"count": "counting calls only; its time is now estimated",
                "off": "per-call probes removed; calls and time are estimated, re-timed 0.5 s every "

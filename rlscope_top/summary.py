@@ -23,9 +23,9 @@ def _figures(acct: Accounting, threads: list[dict], wall_s: float) -> dict:
     """Totals, calls and transitions for a set of threads, NA where nothing probed it."""
     b = acct.breakdown(threads)
     have = acct.attached_categories()
-    totals = _totals(acct.corrected(b), have, wall_s)
-    raw = _totals(b["split"], have, wall_s)
     split = acct.corrected(b)
+    totals = _totals(split, have, wall_s)
+    raw = _totals(b["split"], have, wall_s)
     calls = {c: (b["calls"][i] if c in have else NA) for i, c in enumerate(CATEGORIES) if c != "python"}
     trans = {}
     for name, (a, z) in TRANSITIONS.items():
@@ -76,10 +76,11 @@ def build(acct: Accounting, *, ring_path: str = "", dropped: int = 0, detach_s: 
     """Build the summary document from an accounting state."""
     meta = acct.meta
     wall_s = acct.duration_s
-    main = _figures(acct, acct.python_threads(), wall_s)
+    all_threads = acct.all_threads()          # the budget's estimates, computed once
+    main = _figures(acct, [th for th in all_threads if th["py"]], wall_s)
     correction = main.pop("correction_s")
     threads = []
-    for th in sorted(acct.all_threads(), key=lambda t: t["tid"]):
+    for th in sorted(all_threads, key=lambda t: t["tid"]):
         f = _figures(acct, [th], wall_s)["totals"]
         threads.append({"tid": th["tid"], "name": th["name"], "python_thread": th["py"],
                         "exited": th["exited"], **{k: v for k, v in f.items() if k not in ("wall_s", "gpu_s")}})
