@@ -9,6 +9,7 @@ import os
 from rich.console import Console
 from rich.table import Table
 
+from . import operations as O
 from .accounting import CATEGORIES, TRANSITIONS, Accounting
 
 SCHEMA = "rlscope-top.summary/1"
@@ -19,11 +20,25 @@ def _s(ns: int) -> float:
     return round(ns / 1e9, 6)
 
 
-def _figures(acct: Accounting, threads: list[dict], wall_s: float) -> dict:
-    """Totals, calls and transitions for a set of threads, NA where nothing probed it."""
+def _figures(acct: Accounting, threads: list[dict], wall_s: float, ops: bool = False) -> dict:
+    """Totals, calls and transitions for a set of threads, NA where nothing probed it.
+
+    With ``ops``, also the per-operation rows, and Python time inside simulation
+    operations moves to the simulator in the totals (operations.py has the rules).
+    """
     b = acct.breakdown(threads)
     have = acct.attached_categories()
     split = acct.corrected(b)
+    rows = []
+    if ops:
+        m = acct.breakdown([th for th in acct.threads.values() if th["py"]])   # before the estimates
+        rows = O.raw_rows(acct, {**m, "split": acct.corrected(m)}, {**b, "split": split})
+    sim_py = O.simulation_python_ns(rows)
+    if any(sim_py):
+        have = have | {"simulator"}
+        for k in (0, 1):
+            split["python"][k] -= sim_py[k]
+            split["simulator"][k] += sim_py[k]
     totals = _totals(split, have, wall_s)
     raw = _totals(b["split"], have, wall_s)
     calls = {c: (b["calls"][i] if c in have else NA) for i, c in enumerate(CATEGORIES) if c != "python"}
@@ -32,9 +47,15 @@ def _figures(acct: Accounting, threads: list[dict], wall_s: float) -> dict:
         trans[name] = b["trans"][a][z] if CATEGORIES[z] in have else NA
     on_off = {c: {"on_cpu_s": _s(split[c][0]), "off_cpu_s": _s(split[c][1])}
               for c in CATEGORIES if c in have}
-    return {"totals": totals, "raw": {k: v for k, v in raw.items() if k not in ("wall_s", "gpu_s")},
-            "split": on_off, "calls": calls, "transitions": trans,
-            "correction_s": {c: _s(b["oh"][c]) for c in CATEGORIES if c in have}}
+    out = {"totals": totals, "raw": {k: v for k, v in raw.items() if k not in ("wall_s", "gpu_s")},
+           "split": on_off, "calls": calls, "transitions": trans,
+           "correction_s": {c: _s(b["oh"][c]) for c in CATEGORIES if c in have}}
+    if any(sim_py):
+        out["simulation_split"] = {"python_s": _s(sum(sim_py)), "native_s": _s(sum(split["simulator"]) - sum(sim_py))}
+    if ops:
+        cat_total = sum(sum(v) for v in split.values())
+        out["operations"] = {r["name"]: O.figures(r, have, cat_total) for r in rows}
+    return out
 
 
 def _totals(split: dict, have: set, wall_s: float) -> dict:
@@ -77,8 +98,9 @@ def build(acct: Accounting, *, ring_path: str = "", dropped: int = 0, detach_s: 
     meta = acct.meta
     wall_s = acct.duration_s
     all_threads = acct.all_threads()          # the budget's estimates, computed once
-    main = _figures(acct, [th for th in all_threads if th["py"]], wall_s)
+    main = _figures(acct, [th for th in all_threads if th["py"]], wall_s, ops=True)
     correction = main.pop("correction_s")
+    per_op = main.pop("operations")
     threads = []
     for th in sorted(all_threads, key=lambda t: t["tid"]):
         f = _figures(acct, [th], wall_s)["totals"]
@@ -97,7 +119,8 @@ def build(acct: Accounting, *, ring_path: str = "", dropped: int = 0, detach_s: 
         "window": {"t0_monotonic_ns": meta.get("t0"), "t1_monotonic_ns": acct.last_ts or None},
         **main,
         "shares": _shares(main["totals"]),
-        "operations": {"<all>": {**main["totals"], "calls": main["calls"], "transitions": main["transitions"]}},
+        "operations": {"<all>": {**main["totals"], "calls": main["calls"], "transitions": main["transitions"]},
+                       **per_op},
         "threads": threads,
         "ranges": {n: {"count": r.count, "total_s": _s(r.total_ns)} for n, r in sorted(acct.ranges.items())},
         "probes": {"attached": {g: {"libs": libs,
