@@ -63,10 +63,12 @@ class StackSampler:
             self.error = "austin is not installed (pip install austin-dist==3.7.0)"
             return False
         interval_us = max(100, int(1e6 / self.hz))
+        # austin block-buffers a pipe: ~40 samples would arrive at once, and operations
+        # shorter than that would never be seen as current. stdbuf makes it line-buffered.
+        line_buffered = [shutil.which("stdbuf"), "-oL"] if shutil.which("stdbuf") else []
         try:
-            self.proc = subprocess.Popen([exe, "-P", "-i", f"{interval_us}us", "-p", str(self.pid)],
-                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                                         bufsize=0)
+            self.proc = subprocess.Popen([*line_buffered, exe, "-P", "-i", f"{interval_us}us", "-p", str(self.pid)],
+                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
         except OSError as e:
             self.error = f"cannot run austin: {e}"
             return False
@@ -112,10 +114,10 @@ class StackSampler:
                 self.feed(line)
         rc = self.proc.wait()
         if not self._stopping and self.error is None:
-            why = self.proc.stderr.read().decode("utf-8", "replace").strip().splitlines()
-            self.error = (why[-1] if why else f"austin exited with status {rc}")[:200]
-            self._notify("warn", f"operations: the stack sampler stopped ({self.error}); "
-                                 "the category breakdown goes on without sampled operations")
+            self.error = _first_sentence(self.proc.stderr.read().decode("utf-8", "replace")) or \
+                f"austin exited with status {rc}"
+            self._notify("warn", f"operations unavailable: austin cannot sample PID {self.pid}: {self.error} "
+                                 "The category breakdown is unaffected.")
 
     def feed(self, line: str) -> None:
         """Apply one austin sample line: ``P<pid>;T<iid>:<tid>;<file:func:line>;... <metric>``."""
@@ -141,3 +143,11 @@ class StackSampler:
         if self._cur.get(tid, 0) != op:
             self._cur[tid] = op
             self._set_op(tid, op)
+
+
+def _first_sentence(text: str) -> str:
+    """austin's complaint as one plain line (it wraps lines and starts with an emoji)."""
+    words = " ".join(text.split())
+    words = words.lstrip("".join(ch for ch in words[:2] if not ch.isascii())).strip()
+    end = words.find(". ")
+    return (words if end < 0 else words[:end + 1])[:200]

@@ -200,7 +200,34 @@ def render(summary: dict, console: Console | None = None) -> None:
     console.print(f"probe hits {oh['probe_hits']:,}  estimated overhead {oh['estimated_s']:.3f}s"
                   f" ({'n/a' if pct is None else f'{pct:.2f}%'} of wall time)  ring drops {summary['ring']['dropped']}",
                   soft_wrap=True)
+    _render_operations(summary, console)
     if summary["ranges"]:
         top = sorted(summary["ranges"].items(), key=lambda kv: -kv[1]["total_s"])[:5]
         console.print("ranges  " + "  ".join(f"{n} x{r['count']} {r['total_s']:.3f}s" for n, r in top),
                       soft_wrap=True)
+
+
+def _render_operations(summary: dict, console: Console) -> None:
+    ops = {n: o for n, o in summary["operations"].items() if n != "<all>"}
+    if not ops:
+        return
+    table = Table(title="operations (src: a annotated, s sampled)", title_justify="left", show_edge=False,
+                  pad_edge=False)
+    table.add_column("operation", no_wrap=True, max_width=24)
+    for col in ("src", "time", "share", "Py", "Be", "Sim", "CUDA", "py->be", "/s"):
+        table.add_column(col, justify="left" if col == "src" else "right", no_wrap=True)
+    for name, o in sorted(ops.items(), key=lambda kv: -kv[1]["wall_s"]):
+        sh = o["shares"]
+        table.add_row(name, {"annotated": "a", "sampled": "s"}.get(o["source"], ""), f"{o['wall_s']:.2f}s",
+                      _pct(o["share"]), *(_pct(sh.get(c)) for c in CATEGORIES),
+                      _fmt(o["transitions"].get("python->backend")),
+                      _rate(o["transitions_per_s"].get("python->backend")))
+    console.print(table)
+
+
+def _pct(v) -> str:
+    return "n/a" if v is None else f"{100 * v:.0f}%"
+
+
+def _rate(v) -> str:
+    return "n/a" if v is None else f"{v:,.0f}"
