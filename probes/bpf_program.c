@@ -192,7 +192,7 @@ static __always_inline u64 ann_find(struct tstate *s, u64 now) {
     u64 *base = annbase.lookup(&tgid);
     if (!base)
         return 0;
-    #pragma unroll
+    #pragma clang loop unroll(disable)
     for (int k = 0; k < ANN_PROBE; k++) {
         u64 addr = *base + ANN_HDR + ((s->tid + k) % ANN_NSLOTS) * ANN_SLOT;
         u32 owner = 0;
@@ -213,7 +213,7 @@ static __always_inline void ann_sync(struct tstate *s, u64 now) {
     u64 slot = ann_find(s, now);
     if (!slot)
         return;
-    #pragma unroll
+    #pragma clang loop unroll(disable)
     for (int i = 0; i < ANN_BATCH; i++) {
         u32 want = s->ann_seq + 1;
         struct annent e = {};

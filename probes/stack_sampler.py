@@ -50,6 +50,7 @@ class StackSampler:
         self._thread: threading.Thread | None = None
         self.error: str | None = None
         self._stopping = False
+        self._cpu_final: float | None = None
         self.started_ns = 0
 
     def kind(self, op_id: int) -> str:
@@ -80,6 +81,8 @@ class StackSampler:
     def stop(self) -> None:
         """Stop austin and the reader (idempotent)."""
         self._stopping = True
+        if self._cpu_final is None:
+            self._cpu_final = self.cpu_s()
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
             try:
@@ -98,7 +101,9 @@ class StackSampler:
         return dict(self._samples)
 
     def cpu_s(self) -> float | None:
-        """CPU seconds austin has used (its cost on the machine), None once it is gone."""
+        """CPU seconds austin has used (its cost on the machine); None if it never ran."""
+        if self._cpu_final is not None:
+            return self._cpu_final
         try:
             with open(f"/proc/{self.proc.pid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()

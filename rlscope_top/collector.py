@@ -234,8 +234,13 @@ class Collector:
             self._threads[tc.tid] = self._thread_record(tc, now, ops)
             if tc.exited:
                 self.probes.forget(tc.tid)
-        return R.counters(now, list(self._threads.values()), self.probes.hits(), self.budget.last_pct,
-                          ops=self._op_records(ops))
+        rec = R.counters(now, list(self._threads.values()), self.probes.hits(), self.budget.last_pct,
+                         ops=self._op_records(ops))
+        if self.sampler is not None:
+            smp = self.sampler
+            rec["sampler"] = {"hz": smp.hz, "samples": smp.total, "invalid": smp.invalid, "cpu_s": smp.cpu_s(),
+                              "error": smp.error}
+        return rec
 
     def _op_records(self, ops: dict[int, OpCounters]) -> list[dict]:
         if ops and any(i not in self.op_names for i in ops) and self.region is not None:

@@ -136,11 +136,23 @@ def build(acct: Accounting, *, ring_path: str = "", dropped: int = 0, detach_s: 
         "budget": {"max_overhead_pct": meta.get("max_overhead_pct"),
                    "modes": {c: m for c, m in acct.modes.items() if m != "timed" or acct.samples(c)},
                    "samples": {c: acct.samples(c) for c in acct.modes}},
+        "sampler": _sampler(acct, wall_s),
         "timeline": _timeline(acct),
         "ring": {"path": ring_path, "dropped": dropped},
         "sources": _sources(acct),
         "notes": [n["msg"] for n in acct.notes],
     }
+
+
+def _sampler(acct: Accounting, wall_s: float) -> dict | None:
+    """The stack sampler (zero-change operations): rate, samples, and its own CPU cost."""
+    smp = acct.sampler
+    if smp is None:
+        return NA
+    cpu = smp.get("cpu_s")
+    return {"tool": "austin", "hz": smp["hz"], "samples": smp["samples"], "invalid": smp["invalid"],
+            "cpu_s": cpu, "cpu_pct_of_one_core": round(100 * cpu / wall_s, 3) if cpu is not None and wall_s else NA,
+            "error": smp.get("error")}
 
 
 def _timeline(acct: Accounting) -> dict | None:
