@@ -12,6 +12,7 @@ import dataclasses
 
 from . import records as R
 from .engine import Engine, overlap
+from .gpu_accounting import GpuAccounting
 
 CATEGORIES = ("python", "backend", "simulator", "cuda_api")
 CAT_GROUPS = {"backend": ("torch",), "simulator": ("mujoco", "sim:"), "cuda_api": ("cudart", "cuda-driver")}
@@ -46,10 +47,12 @@ class Accounting:
         self.modes: dict[str, str] = {}          # category -> timed | count | off (budget)
         self._segs: dict[str, list[tuple[str, int, dict]]] = {}   # category -> (mode, start, threads then)
         self.engine: Engine | None = None        # only with --timeline
+        self.gpu = GpuAccounting()               # GPU records (rlscope_top/gpu_accounting.py)
 
     def feed(self, records: list[dict]) -> None:
         """Apply records in ring order."""
         for r in records:
+            self.gpu.feed(r)
             t = r.get("t")
             if t == R.META:
                 self.meta = r

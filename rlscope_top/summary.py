@@ -9,6 +9,7 @@ import os
 from rich.console import Console
 from rich.table import Table
 
+from . import gpu_summary
 from .accounting import CATEGORIES, TRANSITIONS, Accounting
 
 SCHEMA = "rlscope-top.summary/1"
@@ -87,7 +88,7 @@ def build(acct: Accounting, *, ring_path: str = "", dropped: int = 0, detach_s: 
     overhead_s = acct.estimated_overhead_s()
     labels_hits = acct.probe_hits()
     started = dt.datetime.fromtimestamp(meta.get("wall0", 0), dt.timezone.utc).isoformat(timespec="seconds")
-    return {
+    doc = {
         "schema": SCHEMA,
         "pid": meta.get("pid"),
         "command": meta.get("cmd", ""),
@@ -118,6 +119,8 @@ def build(acct: Accounting, *, ring_path: str = "", dropped: int = 0, detach_s: 
         "sources": _sources(acct),
         "notes": [n["msg"] for n in acct.notes],
     }
+    gpu_summary.apply(doc, acct)     # gpu_s, overlap_s, per-operation GPU figures, `gpu`
+    return doc
 
 
 def _timeline(acct: Accounting) -> dict | None:
@@ -170,6 +173,7 @@ def render(summary: dict, console: Console | None = None) -> None:
                       summary["sources"].get(f"{c}_s", ""))
     table.add_row("gpu", _fmt(t["gpu_s"]), "", "", "", "", summary["sources"]["gpu_s"])
     console.print(table)
+    gpu_summary.render(summary, console)
     tr = "  ".join(f"{k} {_fmt(v)}" for k, v in summary["transitions"].items())
     console.print(f"transitions  {tr}", soft_wrap=True)
     oh = summary["overhead"]
