@@ -135,9 +135,10 @@ class Collector:
             period = max(MIN_SAMPLE_PERIOD_S,
                          SAMPLE_WINDOW_S * d.category_pct / (SAMPLE_SHARE * self.budget.max_pct))
             self._samples[d.category] = {"next": now + period, "until": None, "period": period}
-        how = {"count": "counting calls only; its time is now estimated",
-               "off": "per-call probes removed; calls and time are estimated, re-timed 0.5 s every "
-                      f"{self._samples[d.category]['period']:.0f} s"}[new]
+        # Only the "off" text may read the sample period: "count" has none (KeyError before).
+        how = ("counting calls only; its time is now estimated" if new == "count" else
+               "per-call probes removed; calls and time are estimated, re-timed 0.5 s every "
+               f"{self._samples[d.category]['period']:.0f} s")
         self._note("warn", f"overhead {d.overhead_pct:.1f}% > budget {self.budget.max_pct:g}%: "
                            f"{name} ({d.category_pct:.1f}%) -> {how}")
 

@@ -30,6 +30,7 @@ class GpuOptions:
     link: AgentLink | None = None     # launch mode: the agent already connected and said hello
     remote_exec: bool = False         # --gpu-activity: inject the agent with sys.remote_exec
     nvml: bool = True
+    no_agent_msg: str | None = None   # what to say when no agent answers (default: how to get one)
 
 
 class GpuCollector(Collector):
@@ -86,6 +87,9 @@ class GpuCollector(Collector):
             self._status("nvml", True, "ok", f"NVML: sampling {len(self.nvml.devices)} GPU(s): {names}")
 
     def _start_agent(self) -> None:
+        if self.gpu_opts.no_agent_msg:           # launch mode, and nothing said hello
+            self._status("cupti", False, "no_agent", self.gpu_opts.no_agent_msg)
+            return
         if self.link is None and self.gpu_opts.remote_exec:
             from .remote import inject  # noqa: PLC0415 - only with --gpu-activity
 
@@ -97,7 +101,7 @@ class GpuCollector(Collector):
                 self.link.wait(lambda m: m.get("t") == "hello", 5.0)
         if self.link is None or self.link.hello is None:
             self.link = None
-            self._status("cupti", False, "no_agent", G.HOW_TO)
+            self._status("cupti", False, "no_agent", self.gpu_opts.no_agent_msg or G.HOW_TO)
             return
         self.link.send({"t": "start", "collect": True})
         self._status_by = time.monotonic() + STATUS_WAIT_S
