@@ -72,9 +72,10 @@ class GpuCollector(Collector):
         return took
 
     # -- sources -----------------------------------------------------------
-    def _status(self, source: str, ok: bool, code: str, msg: str, level: str = "info", **extra) -> None:
+    def _status(self, source: str, ok: bool, code: str, msg: str, level: str = "info", note: str | None = None,
+                **extra) -> None:
         self.ring.write(G.status(time.monotonic_ns(), source, ok, code, msg, **extra))
-        self._note(level, msg)
+        self._note(level, note or msg)
 
     def _start_nvml(self) -> None:
         if not self.gpu_opts.nvml:
@@ -128,8 +129,8 @@ class GpuCollector(Collector):
                 self.joiner.feed(m, now)
             elif t == "status":
                 self._status_by = 0.0
-                msg = m["msg"] if m.get("ok") else f"GPU activity unavailable: {m['msg']}"
-                self._status("cupti", bool(m.get("ok")), m.get("code", "error"), msg,
+                note = m["msg"] if m.get("ok") else f"GPU activity unavailable: {m['msg']}"
+                self._status("cupti", bool(m.get("ok")), m.get("code", "error"), m["msg"], note=note,
                              level="info" if m.get("ok") or m.get("code") in ("no_driver", "no_gpu") else "warn",
                              pid=self.link.hello.get("pid") if self.link and self.link.hello else None)
             elif t == "bye" and m.get("dropped"):

@@ -74,7 +74,7 @@ class Joiner:
     def _item(self, raw: list) -> list:
         kind, start, end, dev, stream, corr = raw[:6]
         detail = raw[6]                          # kernel: name id; memcpy/memset: bytes
-        api = self.api.pop(corr, None)
+        api = self.api.get(corr)        # kept: a graph launch's kernels all share its id
         tid, launch = (api[0], api[1]) if api else (0, 0)
         self.records += 1
         if api:

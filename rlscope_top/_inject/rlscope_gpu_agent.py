@@ -143,6 +143,10 @@ class Converter:
     def api_name(self, dom: int, cbid: int) -> str:
         """The CUDA function a (domain, cbid) pair names, e.g. cudaLaunchKernel_v7000."""
         c = self.cupti
+        try:   # the enums need no driver call
+            return (c.RuntimeApiTraceCbid if dom == 0 else c.DriverApiTraceCbid)(cbid).name
+        except Exception:
+            pass
         domain = c.CallbackDomain.RUNTIME_API if dom == 0 else c.CallbackDomain.DRIVER_API
         try:
             return str(c.get_callback_name(domain, cbid))
