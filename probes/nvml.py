@@ -23,9 +23,12 @@ GPM_PERIOD_S = 1.0
 MEMINFO_PERIOD_S = 1.0
 
 
+_WALL_OFFSET = [0]       # wall clock - CLOCK_MONOTONIC, ns; measured once per poll
+
+
 def _to_monotonic_ns(ts_us: int) -> int:
     """NVML sample timestamps are CPU wall-clock microseconds: convert to CLOCK_MONOTONIC ns."""
-    return ts_us * 1000 - (time.time_ns() - time.monotonic_ns())
+    return ts_us * 1000 - _WALL_OFFSET[0]
 
 
 class _Device:
@@ -87,6 +90,7 @@ class NvmlSampler:
         if not self.ok or now < self._next:
             return []
         self._next = now + POLL_PERIOD_S
+        _WALL_OFFSET[0] = time.time_ns() - time.monotonic_ns()
         return [self._device_poll(d, now) for d in self.devices]
 
     def stop(self) -> None:
