@@ -15,6 +15,7 @@ command exits; three interrupts detach and leave the command running.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import signal
@@ -122,38 +123,40 @@ def run(opts: Options, argv: list[str], live: bool) -> int:
     notes: list[str] = []
     try:
         child = spawn(argv, child_env(dict(os.environ), listener), log)
-        link = listener.accept(HELLO_WAIT_S, keep_waiting=lambda: child.poll() is None)
-        if child.poll() is not None and link is None:
-            _say(f"the command exited (status {exit_status(child.returncode)}) before it could be attached to")
-            return exit_status(child.returncode)
-        pid = link.hello["pid"] if link else child.pid
-        gpu = GpuOptions(link=link, no_agent_msg=None if link else NO_AGENT)
-        opts = dataclasses.replace(opts, pid=pid, gpu=gpu)
-        threading.Thread(target=_answer_other_agents, args=(listener, stop_helpers, notes), daemon=True,
-                         name="rlscope-run-agents").start()
-        summary = _live(opts, child, log) if live else _headless(opts, child)
-        for n in notes:
-            _say(n)
-        if child.poll() is None and str(summary.get("end_reason", "")).startswith("interrupted"):
-            _say(f"detached; the command (PID {child.pid}) goes on")
-            return 130
-        return _wait_child(child)
+        # Headless: block SIGINT/SIGTERM before any thread starts (threads inherit the mask),
+        # so that they can only be taken by the Forwarder, never kill us.
+        with contextlib.nullcontext() if live else Forwarder(child) as fwd:
+            link = listener.accept(HELLO_WAIT_S, keep_waiting=lambda: child.poll() is None)
+            if child.poll() is not None and link is None:
+                _say(f"the command exited (status {exit_status(child.returncode)}) before it could be attached to")
+                return exit_status(child.returncode)
+            pid = link.hello["pid"] if link else child.pid
+            gpu = GpuOptions(link=link, no_agent_msg=None if link else NO_AGENT)
+            opts = dataclasses.replace(opts, pid=pid, gpu=gpu)
+            threading.Thread(target=_answer_other_agents, args=(listener, stop_helpers, notes), daemon=True,
+                             name="rlscope-run-agents").start()
+            summary = _live(opts, child, log) if live else _headless(opts, child, fwd)
+            for n in notes:
+                _say(n)
+            if child.poll() is None and str(summary.get("end_reason", "")).startswith("interrupted"):
+                _say(f"detached; the command (PID {child.pid}) goes on")
+                return 130
+            return _wait_child(child)
     finally:
         stop_helpers.set()
         listener.close()
 
 
-def _headless(opts: Options, child: subprocess.Popen) -> dict:
-    with Forwarder(child) as fwd:
-        def stop_reason() -> str | None:
-            fwd.poll()
-            if fwd.count >= GIVE_UP_AFTER:
-                return f"interrupted {fwd.count} times: detached, the command goes on"
-            if child.poll() is not None:
-                return f"command exited (status {exit_status(child.returncode)})"
-            return None
+def _headless(opts: Options, child: subprocess.Popen, fwd: Forwarder) -> dict:
+    def stop_reason() -> str | None:
+        fwd.poll()
+        if fwd.count >= GIVE_UP_AFTER:
+            return f"interrupted {fwd.count} times: detached, the command goes on"
+        if child.poll() is not None:
+            return f"command exited (status {exit_status(child.returncode)})"
+        return None
 
-        return run_until(opts, stop_reason)
+    return run_until(opts, stop_reason)
 
 
 def _live(opts: Options, child: subprocess.Popen, log: str) -> dict:

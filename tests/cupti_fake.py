@@ -72,6 +72,7 @@ class FakeCupti:
         self.flushes: list[int] = []
         self._lock = threading.Lock()
         self._corr = 0
+        self._stream_free: dict[int, int] = {}
 
     def activity_enable(self, kind) -> None:
         if self.fail is not None:
@@ -111,7 +112,8 @@ class FakeCupti:
         self._corr += 1
         t = time.monotonic_ns()
         api_end = time.monotonic_ns()
-        k0 = api_end + gap_ns
+        k0 = max(api_end + gap_ns, self._stream_free.get(stream, 0))   # a stream runs one kernel at a time
+        self._stream_free[stream] = k0 + dur_ns
         o = self.offset_ns
         self.emit([record({"type": "ActivityAPI", "kind": "RUNTIME", "start": t + o, "end": api_end + o,
                            "thread_id": tid, "process_id": 0, "correlation_id": self._corr,
