@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from .engine import overlap as exact_overlap
 from .gpu_accounting import GpuAccounting, OpGpu
+from .gpu_records import HOW_TO
 
 NA = None
 LIVE_WINDOW_NS = 10_000_000_000     # the screen's "now" figures cover this much ...
@@ -213,15 +214,17 @@ def lines(doc: dict) -> list[str]:
     cuda = g.get("cuda_api") or {}
     if g.get("source") != "cupti" and cuda.get("launches") is not None:
         out.append(f"CUDA API (CPU side): {cuda['launches']:,} launches ({_f(cuda['launches_per_s'], ',.0f')}/s); "
-                   f"blocked in sync {_f(cuda['sync_blocked_s'], '.3f')}s "
-                   f"({_f(cuda['sync_blocked_pct'], '.1f')}% of wall: a lower bound of GPU-bound time)")
+                   f"blocked in sync {_f(cuda['sync_blocked_s'], '.3f')}s = "
+                   f"{_f(cuda['sync_blocked_pct'], '.1f')}% of wall (GPU-bound >= this)")
     out.append(_nvml_line(g))
     return [x for x in out if x]
 
 
 def _activity_line(doc: dict, g: dict) -> str:
     if g.get("source") != "cupti":
-        why = g.get("notice") or HOW_TO_SHORT
+        why = g.get("notice")
+        if not why or why == HOW_TO:          # the long how-to is in the summary's notice
+            why = HOW_TO_SHORT
         return f"GPU: n/a, no GPU activity measured: {why}"
     op = (doc.get("operations", {}).get("<all>") or {}).get("gpu") or {}
     ov = doc["totals"].get("overlap_s") or {}
@@ -250,7 +253,7 @@ def _nvml_line(g: dict) -> str:
     return f"nvidia-smi util {util}%; true GPU-bound n/a (no kernel timing)"
 
 
-HOW_TO_SHORT = "launch with `rlscope-top run -- CMD` or set RLSCOPE_GPU_ACTIVITY=1 (see `rlscope-top run --help`)"
+HOW_TO_SHORT = "for kernel timing launch with `rlscope-top run -- CMD` or set RLSCOPE_GPU_ACTIVITY=1 (README)"
 
 
 def render(doc: dict, console) -> None:

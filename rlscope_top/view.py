@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import time
 
+from . import gpu_summary
 from . import summary as S
 from .accounting import CATEGORIES, Accounting
 from .ring import RingReader
@@ -69,7 +70,7 @@ class ViewModel:
                             "transitions_per_s": rates["trans"], "calls_per_s": rates["calls"],
                             "transitions": tot["transitions"], "calls": tot["calls"]}],
             "threads": s["threads"],
-            "gpu": {"available": s["totals"]["gpu_s"] is not None},
+            "gpu": {"available": s["totals"]["gpu_s"] is not None, "lines": gpu_summary.lines(s)},
             "warnings": [n["msg"] for n in self.acct.notes if n["level"] in ("warn", "error")],
             "notes": [n["msg"] for n in self.acct.notes],
         }

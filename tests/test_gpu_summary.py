@@ -72,6 +72,7 @@ def test_without_the_agent_cpu_side_figures_and_a_lower_bound():
     s = _summary(cupti=False)
     assert s["totals"]["gpu_s"] is None and s["totals"]["overlap_s"] is None
     assert s["gpu"]["source"] == "unavailable" and "rlscope-top run" in s["gpu"]["notice"]
+    assert "enable_gpu_activity()" in s["gpu"]["notice"]          # the full how-to stays in the summary
     cuda = s["gpu"]["cuda_api"]
     assert cuda["launches"] == GS.TICKS * GS.KERNELS_PER_TICK
     assert cuda["sync_blocked_s"] == pytest.approx(GS.TICKS * 0.030) and cuda["sync_calls"] == 2 * GS.TICKS
