@@ -92,6 +92,8 @@ def table(rows: list[dict], reps: int, steps: int) -> str:
             notes.append(f"torch.profiler kernels {r['profiler_kernels']:,}")
         lines.append(f"| {r['mode']} | {r['device']} | {r['median_s']:.3f} | {r['slowdown_pct']:+.1f}% | "
                      f"{'; '.join(notes)} |")
+    lines += ["", f"1-minute load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores "
+                  "(other work on the machine makes the medians move; compare rows of one run only)."]
     if dev == "cpu":
         lines += ["", "No GPU here: CUPTI could not be turned on (no driver), so these rows measure only the CPU "
                       "side of launch mode (agent load, held start, eBPF probes) and torch.profiler's CPU "

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import bisect
 import collections
 import dataclasses
 
@@ -20,7 +21,7 @@ from . import records as R
 from .engine import union
 
 BIN_NS = 10_000_000
-REORDER_NS = 1_000_000_000
+REORDER_NS = 3_000_000_000      # GPU records reach the ring ~1.5 s after they happen (flush + join wait)
 PENDING_MAX = 20_000
 NVML_KEEP = 4096            # recent samples kept per series (for windows); totals keep everything
 
@@ -35,6 +36,7 @@ class BusyUnion:
         self.done_until = 0          # the union before this instant is final (binned)
         self.newest = 0
         self.late = 0
+        self._merged: list[tuple[int, int]] | None = None   # union of pending, cached until the next add
 
     def add(self, a: int, b: int) -> None:
         """Add one interval."""
@@ -47,6 +49,7 @@ class BusyUnion:
             if b <= a:
                 return
         self.pending.append((a, b))
+        self._merged = None
         self.newest = max(self.newest, b)
         if len(self.pending) > PENDING_MAX:
             self.finalize(self.newest - self.reorder_ns)
@@ -65,7 +68,7 @@ class BusyUnion:
                 keep.append((a, b))
         for a, b in union(take):
             self._bin(a, b)
-        self.pending, self.done_until = keep, upto
+        self.pending, self.done_until, self._merged = keep, upto, None
 
     def _bin(self, a: int, b: int, capped: bool = False) -> None:
         w = self.bin_ns
@@ -86,13 +89,22 @@ class BusyUnion:
             if v:
                 lo, hi = max(t0, i * w), min(t1, (i + 1) * w)
                 total += v * (hi - lo) / w
-        for a, b in union([(max(a, t0), min(b, t1)) for a, b in self.pending]):
-            total += b - a
+        merged = self._pending_union()
+        i = bisect.bisect_right(merged, (t0, t0)) - 1      # the interval that may straddle t0
+        for a, b in merged[max(0, i):]:
+            if a >= t1:
+                break
+            total += max(0, min(b, t1) - max(a, t0))
         return int(total)
+
+    def _pending_union(self) -> list[tuple[int, int]]:
+        if self._merged is None:
+            self._merged = union(self.pending)
+        return self._merged
 
     def total(self) -> int:
         """All busy ns so far."""
-        return sum(self.bins.values()) + sum(b - a for a, b in union(self.pending))
+        return sum(self.bins.values()) + sum(b - a for a, b in self._pending_union())
 
 
 @dataclasses.dataclass
@@ -158,6 +170,7 @@ class GpuAccounting:
         self.cpu_ticks: list[tuple[int, int, int]] = []   # (t0, t1, on-CPU ns of Python threads)
         self._cpu_prev: tuple[int, int] | None = None
         self.raw: list[tuple[int, int]] | None = None     # every interval, only with --timeline
+        self.overlap_cache: tuple[int, dict] = (0, {})    # ticks whose overlap can no longer change
 
     @property
     def have_activity(self) -> bool:
@@ -215,9 +228,15 @@ class GpuAccounting:
     def _cpu(self, r: dict) -> None:
         on = sum(sum(ns[0] for ns in th["ns"]) for th in r["threads"] if th.get("py"))
         ts = r["ts"]
+        for u in self.unions():           # keep the pending part short: bin what can no longer change
+            u.finalize(ts - REORDER_NS)
         if self._cpu_prev is not None and ts > self._cpu_prev[0]:
             self.cpu_ticks.append((self._cpu_prev[0], ts, max(0, on - self._cpu_prev[1])))
         self._cpu_prev = (ts, on)
+
+    def unions(self) -> list[BusyUnion]:
+        """Every busy union kept (overall, per operation, per device)."""
+        return [self.all.busy, *(o.busy for o in self.ops.values()), *(d.busy for d in self.devices.values())]
 
     def kernel_name(self, nid: int) -> str:
         """A kernel's name (``kernel#N`` when its name record was lost to an overrun)."""

@@ -159,4 +159,5 @@ class GpuCollector(Collector):
         if not self.link.closed:
             self.link.send({"t": "stop"})
         _, msgs = self.link.wait(lambda m: m.get("t") == "bye", DRAIN_S)
-        self._take(msgs, time.monotonic_ns())
+        time.sleep(0.05)                  # a batch the agent's sender held while it said bye
+        self._take(msgs + self.link.poll(), time.monotonic_ns())

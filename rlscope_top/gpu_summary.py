@@ -108,20 +108,31 @@ def _overlap(g: GpuAccounting, acct, t0: int, t1: int) -> tuple[dict, str]:
         py = {th["tid"] for th in acct.threads.values() if th["py"]}
         busy = [iv for tid, st in acct.engine.threads.items() if tid in py for iv in st.busy]
         return {k: _s(v) for k, v in exact_overlap(busy, g.raw, t0, t1).items()}, "exact"
+    done, cached = g.overlap_cache
     out = dict.fromkeys(OVERLAP_KEYS, 0.0)
-    for a, b, cpu in g.cpu_ticks:
-        a, b = max(a, t0), min(b, t1)
-        dt = b - a
-        if dt <= 0:
-            continue
-        c = min(cpu, dt)
-        gb = min(g.all.busy.busy(a, b), dt)
-        both = c * gb / dt
-        out["both"] += both
-        out["cpu_only"] += c - both
-        out["gpu_only"] += gb - both
+    out.update(cached)
+    for i in range(done, len(g.cpu_ticks)):
+        a, b, cpu = g.cpu_ticks[i]
+        part = _tick_overlap(g, max(a, t0), min(b, t1), cpu)
+        for k, v in part.items():
+            out[k] += v
+        if i == done and b <= g.all.busy.done_until and a >= t0 and b <= t1:
+            done += 1                     # final: never recomputed (the screen refreshes every second)
+            g.overlap_cache = (done, {k: cached.get(k, 0.0) + part.get(k, 0.0) for k in OVERLAP_KEYS})
+            cached = g.overlap_cache[1]
     out["idle"] = max(0.0, (t1 - t0) - out["both"] - out["cpu_only"] - out["gpu_only"])
     return {k: _s(v) for k, v in out.items()}, "estimated"
+
+
+def _tick_overlap(g: GpuAccounting, a: int, b: int, cpu: int) -> dict:
+    """One tick: CPU and GPU busy time, independent within the tick."""
+    dt = b - a
+    if dt <= 0:
+        return {}
+    c = min(cpu, dt)
+    gb = min(g.all.busy.busy(a, b), dt)
+    both = c * gb / dt
+    return {"both": both, "cpu_only": c - both, "gpu_only": gb - both}
 
 
 def _cuda_api(doc: dict, g: GpuAccounting, wall_ns: int) -> dict:

@@ -188,7 +188,7 @@ class Agent:
     def __init__(self, cupti=None):
         self._cupti = cupti
         self._conn: socket.socket | None = None
-        self._send_lock = threading.Lock()
+        self._send_lock = threading.RLock()
         self._queue: queue.Queue = queue.Queue(QUEUE_BATCHES)
         self._active = False
         self._registered = False
@@ -278,11 +278,15 @@ class Agent:
 
     def _sender(self) -> None:
         while not self._stop.is_set():
-            try:
-                msg = self._queue.get(timeout=0.2)
-            except queue.Empty:
-                continue
-            self._send_or_drop(msg)
+            with self._send_lock:          # taken with the lock: bye can never overtake it
+                try:
+                    msg = self._queue.get_nowait()
+                except queue.Empty:
+                    msg = None
+                if msg is not None:
+                    self._send_locked(msg)
+            if msg is None:
+                time.sleep(0.02)
 
     def _drain_queue(self) -> None:
         while True:
@@ -293,7 +297,11 @@ class Agent:
             self._send_or_drop(msg)
 
     def _send_or_drop(self, msg: dict) -> None:
-        if not self.send(msg) and msg.get("t") == "act":
+        with self._send_lock:
+            self._send_locked(msg)
+
+    def _send_locked(self, msg: dict) -> None:
+        if not self._sendall(msg) and msg.get("t") == "act":
             self.dropped += len(msg["k"]) + len(msg["m"]) + len(msg["s"])
 
     def _flusher(self) -> None:
@@ -308,15 +316,18 @@ class Agent:
     def send(self, msg: dict) -> bool:
         """Send one message to the monitor; False when there is none (or it went away)."""
         with self._send_lock:
-            conn = self._conn
-            if conn is None:
-                return False
-            try:
-                conn.sendall(encode(msg))
-                return True
-            except OSError:
-                self._conn = None
-                return False
+            return self._sendall(msg)
+
+    def _sendall(self, msg: dict) -> bool:
+        conn = self._conn
+        if conn is None:
+            return False
+        try:
+            conn.sendall(encode(msg))
+            return True
+        except OSError:
+            self._conn = None
+            return False
 
     def hello(self, mode: str) -> dict:
         """The first message: who we are."""
