@@ -91,6 +91,12 @@ MUJOCO = [ProbeSpec("mujoco", _MUJOCO, s, CAT_SIM, PAIR, s) for s in (
 )]
 
 
+# Calls in which a thread waits for the GPU: their time is a lower bound of GPU-bound
+# time (probes/sync_timing.c times the outermost one per thread).
+SYNC_SYMBOLS = frozenset({"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
+                          "cuStreamSynchronize", "cuCtxSynchronize"})
+
+
 def builtin() -> list[ProbeSpec]:
     """All built-in probes, in id order."""
     return TORCH + CUDART + CUDA_DRIVER + MUJOCO

@@ -85,10 +85,15 @@ class OpCounters:
 
 def program_text(specs: list[ProbeSpec]) -> str:
     """The BPF C source for a probe catalog (also what ``--ebpf`` prints)."""
-    base = resources.files("rlscope_top.probes").joinpath("bpf_program.c").read_text()
-    out = [f"#define NPROBES {max(1, len(specs))}", base]
+    files = resources.files("rlscope_top.probes")
+    base = files.joinpath("bpf_program.c").read_text()
+    out = [f"#define NPROBES {max(1, len(specs))}", base, files.joinpath("sync_timing.c").read_text()]
     for i, s in enumerate(specs):
-        if s.kind == PAIR:
+        if s.kind == PAIR and s.symbol in catalog.SYNC_SYMBOLS:   # also timed as GPU waiting
+            out.append(f"int p{i}_enter(struct pt_regs *ctx) {{ sync_begin({i}, {s.category}); "
+                       f"return on_enter({i}, {s.category}); }}")
+            out.append(f"int p{i}_exit(struct pt_regs *ctx) {{ sync_end(); return on_exit({i}, {s.category}, 0); }}")
+        elif s.kind == PAIR:
             out.append(f"int p{i}_enter(struct pt_regs *ctx) {{ return on_enter({i}, {s.category}); }}")
             out.append(f"int p{i}_exit(struct pt_regs *ctx) {{ return on_exit({i}, {s.category}, 0); }}")
         elif s.kind == ENTER:
@@ -371,6 +376,19 @@ class ProbeSet:
     def set_sampled_op(self, tid: int, op: int) -> None:
         """The operation the stack sampler last saw on a thread (0 none)."""
         self.bpf["sop"][ct.c_uint(tid)] = ct.c_uint(op)
+
+    def sync_times(self) -> dict[str, list[int]]:
+        """Time blocked in synchronize calls: ``{label: [ns, calls]}`` (cumulative, outermost calls)."""
+        ns, calls = self.bpf["sync_ns"], self.bpf["sync_calls"]
+        out: dict[str, list[int]] = {}
+        for i, s in enumerate(self.specs):
+            if s.symbol in catalog.SYNC_SYMBOLS:
+                n, c = int(sum(ns[ct.c_int(i)])), int(sum(calls[ct.c_int(i)]))
+                if c:
+                    cur = out.setdefault(s.label, [0, 0])
+                    cur[0] += n
+                    cur[1] += c
+        return out
 
     def forget(self, tid: int) -> None:
         """Drop the kernel state of an exited thread once it has been read."""

@@ -12,6 +12,7 @@ import dataclasses
 
 from . import records as R
 from .engine import Engine, overlap
+from .gpu_accounting import GpuAccounting
 
 CATEGORIES = ("python", "backend", "simulator", "cuda_api")
 CAT_GROUPS = {"backend": ("torch",), "simulator": ("mujoco", "sim:"), "cuda_api": ("cudart", "cuda-driver")}
@@ -48,10 +49,12 @@ class Accounting:
         self.engine: Engine | None = None        # only with --timeline
         self.ops: dict[int, dict] = {}           # op id -> latest cumulative operation record
         self.sampler: dict | None = None         # the stack sampler's latest state, when one runs
+        self.gpu = GpuAccounting()               # GPU records (rlscope_top/gpu_accounting.py)
 
     def feed(self, records: list[dict]) -> None:
         """Apply records in ring order."""
         for r in records:
+            self.gpu.feed(r)
             t = r.get("t")
             if t == R.META:
                 self.meta = r

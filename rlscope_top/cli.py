@@ -7,7 +7,7 @@ import os
 import sys
 
 from . import __version__, op_rules
-from .errors import EXIT_INTERNAL, RlscopeError
+from .errors import EXIT_INTERNAL, RlscopeError, UsageError
 from .probes import catalog
 from .session import Options
 
@@ -17,6 +17,7 @@ EPILOG = """examples:
   rlscope-top attach 12345 --sim-lib libmysim.so:sim_step,sim_reset
   rlscope-top 12345 --op rollout='*/train.py:collect' --op env:simulation=step_env
   rlscope-top demo --headless --duration 10
+  rlscope-top run -- python train.py     launch with GPU kernel timing (CUPTI) and the same probes
   rlscope-top doctor [PID]
 """
 
@@ -91,6 +92,11 @@ def parser() -> argparse.ArgumentParser:
     a = sub.add_parser("attach", help="attach to a running process")
     a.add_argument("pid", type=_pid, metavar="PID")
     _session_args(a)
+    a.add_argument("--gpu-activity", action="store_true",
+                   help="inject the GPU activity agent with sys.remote_exec (target and rlscope-top on CPython >= 3.14)")
+    r = sub.add_parser("run", help="launch a command with GPU activity (CUPTI) on and attach to it: run [opts] -- CMD ...")
+    _session_args(r)
+    r.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ARGS", help="the command to launch")
     d = sub.add_parser("demo", help="run the built-in PPO/MuJoCo workload and attach to it")
     _session_args(d)
     v = sub.add_parser("view", help="open the live screen on a ring another rlscope-top writes (--ring PATH)")
@@ -104,10 +110,24 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _options(ns: argparse.Namespace, pid: int) -> Options:
+    gpu = None
+    if getattr(ns, "gpu_activity", False):
+        from .gpu_collector import GpuOptions  # noqa: PLC0415
+
+        gpu = GpuOptions(remote_exec=True)
     return Options(pid=pid, duration_s=ns.duration, interval_s=ns.interval, summary_path=ns.summary,
                    ring_path=ns.ring, keep_ring=ns.keep_ring or bool(ns.ring), sim_libs=ns.sim_lib,
                    max_probes=ns.max_probes, max_overhead_pct=ns.max_overhead, timeline=ns.timeline, quiet=ns.quiet,
-                   op_rules=[op_rules.parse(r) for r in ns.op], sample_hz=ns.sample_hz)
+                   op_rules=[op_rules.parse(r) for r in ns.op], sample_hz=ns.sample_hz, gpu=gpu)
+
+
+def _command(ns: argparse.Namespace) -> list[str]:
+    cmd = list(ns.command)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        raise UsageError("run: no command given", hint="put it after --, e.g. rlscope-top run -- python train.py")
+    return cmd
 
 
 def _dispatch(ns: argparse.Namespace) -> int:
@@ -128,6 +148,14 @@ def _dispatch(ns: argparse.Namespace) -> int:
         print(program_text(specs_for(_options(ns, 0))), end="")
         return 0
     live = not ns.headless and sys.stdout.isatty() and sys.stdin.isatty()
+    if ns.cmd == "run":
+        from .launch import run as launch  # noqa: PLC0415
+        return launch(_options(ns, 0), _command(ns), live=live)
+    if getattr(ns, "gpu_activity", False):
+        from .remote import check  # noqa: PLC0415
+        from .target import check_target  # noqa: PLC0415
+        check_target(ns.pid)
+        check(ns.pid)
     if ns.cmd == "demo":
         from .demo import demo  # noqa: PLC0415
         demo(_options(ns, 0), live=live)

@@ -55,6 +55,7 @@ class Collector:
         self.sample_hz = sample_hz
         self._sampling_on = False
         self._sampler_reported = False
+        self._aops: dict[int, int] = {}          # tid -> annotated op at the latest read
 
     def _note(self, level: str, msg: str) -> None:
         self._notify(level, msg)
@@ -149,9 +150,10 @@ class Collector:
             period = max(MIN_SAMPLE_PERIOD_S,
                          SAMPLE_WINDOW_S * d.category_pct / (SAMPLE_SHARE * self.budget.max_pct))
             self._samples[d.category] = {"next": now + period, "until": None, "period": period}
-        how = {"count": "counting calls only; its time is now estimated",
-               "off": "per-call probes removed; calls and time are estimated, re-timed 0.5 s every "
-                      f"{self._samples[d.category]['period']:.0f} s"}[new]
+        # Only the "off" text may read the sample period: "count" has none (KeyError before).
+        how = ("counting calls only; its time is now estimated" if new == "count" else
+               "per-call probes removed; calls and time are estimated, re-timed 0.5 s every "
+               f"{self._samples[d.category]['period']:.0f} s")
         self._note("warn", f"overhead {d.overhead_pct:.1f}% > budget {self.budget.max_pct:g}%: "
                            f"{name} ({d.category_pct:.1f}%) -> {how}")
 
@@ -192,6 +194,15 @@ class Collector:
         self.sampler = smp
         for name, i in smp.ids.items():
             self.op_names[i] = (name, smp.matcher.kinds.get(name, ""), "sampled")
+
+    def current_op_name(self, tid: int, ts: int = 0) -> str:
+        """The operation a thread is in now (annotation, else sampled rule), ``<all>`` if none.
+
+        Used to scope GPU activity: the join runs shortly after the launch, so an operation
+        boundary in between attributes the activity to the next operation.
+        """
+        op = self._aops.get(tid) or (self.sampler.current(tid) if self.sampler is not None else 0)
+        return self.op_names[op][0] if op in self.op_names else "<all>"
 
     def _check_sampler(self) -> None:
         """Say once why sampled operations stopped, unless the target itself is gone."""
@@ -253,6 +264,7 @@ class Collector:
             if tc.tgid != self.pid:
                 continue
             self._threads[tc.tid] = self._thread_record(tc, now, ops)
+            self._aops[tc.tid] = tc.aop
             if tc.exited:
                 self.probes.forget(tc.tid)
         rec = R.counters(now, list(self._threads.values()), self.probes.hits(), self.budget.last_pct,

@@ -78,6 +78,11 @@ def _target_rows(pid: int) -> list[tuple]:
         found = groups.get(g)
         rows.append(_check(f"  {g}", bool(found), ", ".join(sorted(found or [])),
                            "not mapped (probes attach if it is loaded later)", required=False))
+    from .gpu_link import discover  # noqa: PLC0415
+    sock = discover(pid)
+    rows.append(_check("  gpu agent", sock is not None, f"listening on {sock}",
+                       "no GPU activity agent (no kernel timing): start the job with `rlscope-top run -- CMD` "
+                       "or RLSCOPE_GPU_ACTIVITY=1", required=False))
     return rows
 
 

@@ -17,6 +17,8 @@ EXIT_NO_BCC = 8
 EXIT_BPF_COMPILE = 9
 EXIT_ATTACH = 10
 EXIT_RING = 11
+EXIT_GPU_ACTIVITY = 12
+EXIT_COMMAND_NOT_FOUND = 127   # `run`: as a shell says it
 
 
 class RlscopeError(Exception):
@@ -87,3 +89,15 @@ class RingFileError(RlscopeError):
     """A ring file that cannot be read."""
 
     code = EXIT_RING
+
+
+class GpuActivityUnavailable(RlscopeError):
+    """--gpu-activity cannot inject the GPU agent into this target (needs CPython >= 3.14)."""
+
+    code = EXIT_GPU_ACTIVITY
+
+
+class CommandNotFound(RlscopeError):
+    """`rlscope-top run`: the command to launch cannot be executed."""
+
+    code = EXIT_COMMAND_NOT_FOUND

@@ -14,7 +14,7 @@ from typing import Callable
 
 from . import summary as S
 from .accounting import Accounting
-from .collector import Collector
+from .gpu_collector import GpuCollector
 from .probes import catalog
 from .ring import RingReader, RingWriter, default_path
 from .target import check_target, is_alive, require_root
@@ -39,6 +39,7 @@ class Options:
     quiet: bool = False
     op_rules: list = dataclasses.field(default_factory=list)   # user --op rules (op_rules.Rule)
     sample_hz: float = 100.0                                   # 0: no stack sampler
+    gpu: object = None          # GpuOptions (rlscope_top/gpu_collector.py); None: discover an agent
 
 
 def specs_for(opts: Options) -> list[catalog.ProbeSpec]:
@@ -71,8 +72,16 @@ def run(opts: Options, on_tick: Callable[[Accounting], None] | None = None) -> d
             signal.signal(s, h)
 
 
-def run_live(opts: Options) -> dict:
-    """Run a session with the live screen; collection runs in a background thread."""
+def run_until(opts: Options, stop_reason: Callable[[], str | None]) -> dict:
+    """Run a headless session that ends when ``stop_reason`` gives a reason (the caller owns signals)."""
+    return _session(opts, stop_reason, None)
+
+
+def run_live(opts: Options, stop_reason: Callable[[], str | None] | None = None) -> dict:
+    """Run a session with the live screen; collection runs in a background thread.
+
+    ``stop_reason`` (optional) can end the session too, e.g. when a launched command exits.
+    """
     import threading  # noqa: PLC0415
 
     from .tui.app import RlscopeApp  # noqa: PLC0415 - textual only when a screen is wanted
@@ -85,7 +94,8 @@ def run_live(opts: Options) -> dict:
 
     def collect():
         try:
-            box["summary"] = _session(opts, lambda: "quit (q)" if quit_.is_set() else None, None,
+            box["summary"] = _session(opts, lambda: ("quit (q)" if quit_.is_set() else None) or
+                                      (stop_reason() if stop_reason else None), None,
                                       ready=lambda ring: (box.setdefault("ring", ring), ready.set()), render=False)
         except BaseException as e:  # shown after the screen closes
             box["error"] = e
@@ -137,9 +147,10 @@ def _session(opts: Options, stop_reason: Callable[[], str | None], on_tick, read
     require_root()
     check_target(opts.pid)
     ring = RingWriter(opts.ring_path or default_path(opts.pid))
-    collector = Collector(opts.pid, ring, specs_for(opts), notify=notify, interval_s=opts.interval_s,
-                          max_probes=opts.max_probes, max_overhead_pct=opts.max_overhead_pct,
-                          timeline=opts.timeline, op_rules=opts.op_rules, sample_hz=opts.sample_hz)
+    collector = GpuCollector(opts.pid, ring, specs_for(opts), notify=notify, interval_s=opts.interval_s,
+                             max_probes=opts.max_probes, max_overhead_pct=opts.max_overhead_pct,
+                             timeline=opts.timeline, op_rules=opts.op_rules,
+                             sample_hz=opts.sample_hz, gpu=opts.gpu)
     try:
         collector.start()
         groups = ", ".join(collector.probes.groups) or "no known libraries yet"
@@ -167,7 +178,7 @@ def _session(opts: Options, stop_reason: Callable[[], str | None], on_tick, read
         ring.close(remove=not opts.keep_ring)
 
 
-def _loop(opts: Options, collector: Collector, reader: RingReader, acct: Accounting,
+def _loop(opts: Options, collector: GpuCollector, reader: RingReader, acct: Accounting,
           stop_reason: Callable[[], str | None], on_tick: Callable[[Accounting], None] | None) -> str:
     start = time.monotonic()
     next_tick = start + TICK_S

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from . import operations as O
+from . import gpu_summary
 from .accounting import CATEGORIES, TRANSITIONS, Accounting
 
 SCHEMA = "rlscope-top.summary/1"
@@ -109,7 +110,7 @@ def build(acct: Accounting, *, ring_path: str = "", dropped: int = 0, detach_s: 
     overhead_s = acct.estimated_overhead_s()
     labels_hits = acct.probe_hits()
     started = dt.datetime.fromtimestamp(meta.get("wall0", 0), dt.timezone.utc).isoformat(timespec="seconds")
-    return {
+    doc = {
         "schema": SCHEMA,
         "pid": meta.get("pid"),
         "command": meta.get("cmd", ""),
@@ -142,6 +143,8 @@ def build(acct: Accounting, *, ring_path: str = "", dropped: int = 0, detach_s: 
         "sources": _sources(acct),
         "notes": [n["msg"] for n in acct.notes],
     }
+    gpu_summary.apply(doc, acct)     # gpu_s, overlap_s, per-operation GPU figures, `gpu`
+    return doc
 
 
 def _sampler(acct: Accounting, wall_s: float) -> dict | None:
@@ -205,6 +208,7 @@ def render(summary: dict, console: Console | None = None) -> None:
                       summary["sources"].get(f"{c}_s", ""))
     table.add_row("gpu", _fmt(t["gpu_s"]), "", "", "", "", summary["sources"]["gpu_s"])
     console.print(table)
+    gpu_summary.render(summary, console)
     tr = "  ".join(f"{k} {_fmt(v)}" for k, v in summary["transitions"].items())
     console.print(f"transitions  {tr}", soft_wrap=True)
     oh = summary["overhead"]
@@ -220,7 +224,7 @@ def render(summary: dict, console: Console | None = None) -> None:
 
 
 def _render_operations(summary: dict, console: Console) -> None:
-    ops = {n: o for n, o in summary["operations"].items() if n != "<all>"}
+    ops = {n: o for n, o in summary["operations"].items() if n != "<all>" and "wall_s" in o}
     if not ops:
         return
     table = Table(title="operations (src: a annotated, s sampled)", title_justify="left", show_edge=False,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import time
 
+from . import gpu_summary
 from . import summary as S
 from .accounting import CATEGORIES, Accounting
 from .ring import RingReader
@@ -69,7 +70,7 @@ class ViewModel:
                             "shares": shares, "transitions_per_s": rates["trans"], "calls_per_s": rates["calls"],
                             "transitions": tot["transitions"], "calls": tot["calls"]}] + self._ops(s),
             "threads": s["threads"],
-            "gpu": {"available": s["totals"]["gpu_s"] is not None},
+            "gpu": {"available": s["totals"]["gpu_s"] is not None, "lines": gpu_summary.lines(s)},
             "warnings": [n["msg"] for n in self.acct.notes if n["level"] in ("warn", "error")],
             "notes": [n["msg"] for n in self.acct.notes],
         }
@@ -77,7 +78,8 @@ class ViewModel:
     def _ops(self, s: dict) -> list[dict]:
         """One row per operation (since the last reset); rates are per second of the operation."""
         base = (self._base or {}).get("operations", {})
-        rows = [self._op_row(name, op, base.get(name)) for name, op in s["operations"].items() if name != "<all>"]
+        rows = [self._op_row(name, op, base.get(name)) for name, op in s["operations"].items()
+                if name != "<all>" and "wall_s" in op]      # GPU-only entries have no CPU time
         total = sum(r["_wall"] for r in rows)
         for r in rows:
             r["wall_share"] = r.pop("_wall") / total if total else 0.0

@@ -64,7 +64,8 @@ def test_summary_schema_keys_and_json(tmp_path):
         assert key in s
     assert s["schema"] == "rlscope-top.summary/1"
     assert set(s["totals"]) == {"wall_s", "on_cpu_s", "off_cpu_s", "python_s", "simulator_s", "backend_s",
-                                "cuda_api_s", "gpu_s"}
+                                "cuda_api_s", "gpu_s", "overlap_s"}
+    assert s["totals"]["gpu_s"] is None and s["totals"]["overlap_s"] is None     # no GPU activity: n/a
     assert set(s["transitions"]) == {"python->backend", "python->simulator", "backend->cuda_api",
                                      "python->cuda_api"}
     p = tmp_path / "s.json"

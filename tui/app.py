@@ -78,7 +78,7 @@ class RlscopeApp(App):
     #header { height: 2; background: $boost; padding: 0 1; }
     #banner { height: auto; background: $warning 30%; padding: 0 1; display: none; }
     #banner.show { display: block; }
-    #gpu { height: 1; padding: 0 1; color: $text-muted; }
+    #gpu { height: auto; max-height: 5; padding: 0 1; color: $text-muted; }
     #ops { height: auto; max-height: 10; }
     #cats { height: auto; }
     #threads { height: 1fr; }
@@ -144,9 +144,7 @@ class RlscopeApp(App):
         self._ops(snap)
         self._cats(snap)
         self._threads(snap)
-        gpu = "GPU: " + ("see the summary" if snap["gpu"]["available"] else
-                         "n/a, no GPU activity measured (see `rlscope-top doctor`)")
-        self.query_one("#gpu", Static).update(gpu)
+        self.query_one("#gpu", Static).update(Text("\n".join(snap["gpu"]["lines"])))   # rlscope_top/gpu_summary.py
 
     def _header(self, s: dict) -> None:
         modes = ", ".join(f"{c} {m}" for c, m in s["modes"].items()) or "all exact"

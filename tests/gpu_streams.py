@@ -1,0 +1,67 @@
+"""Hand-built ring streams with GPU records and known answers (summary and TUI tests).
+
+A 4-second session of one Python thread on a CUDA policy: the collector ticks every
+0.25 s; in every tick the thread is on a CPU for 200 ms and the GPU runs 10 kernels of
+5 ms each, back to back (50 ms busy per tick: 20% GPU-bound). NVML says 100% busy the
+whole time (nvidia-smi's inflated view). There are 8 optimizer steps.
+"""
+
+from rlscope_top import gpu_records as G
+from rlscope_top import records as R
+
+MS = 1_000_000
+T0 = 1000 * MS
+TICK = 250 * MS
+TICKS = 16
+ON_PER_TICK = 200 * MS
+KERNELS_PER_TICK, KERNEL = 10, 5 * MS
+STEPS = 8
+
+
+def _meta():
+    probes = [{"id": 0, "group": "cudart", "label": "cudaLaunchKernel", "kind": "pair", "cost_ns": 1900},
+              {"id": 1, "group": "cudart", "label": "cudaStreamSynchronize", "kind": "pair", "cost_ns": 1900}]
+    return R.meta(pid=42, command="python ppo_cuda.py", t0_ns=T0, wall0=1_700_000_000.0, interval_s=1.0,
+                  probes=probes, labels=["cudaLaunchKernel", "cudaStreamSynchronize"],
+                  groups={"cudart": ["/x/libcudart.so.13"]}, missing={}, host="h", kernel="k")
+
+
+def _ctr(i, launches):
+    th = R.thread(tid=42, name="python", python=True, exited=False,
+                  ns=[[i * ON_PER_TICK, i * (TICK - ON_PER_TICK)], [0, 0], [0, 0], [0, 0]],
+                  trans=[[0] * 4 for _ in range(4)], calls=[0, 0, 0, 0], oh=[0, 0, 0, 0])
+    return R.counters(T0 + i * TICK, [th], [launches, 2 * i])
+
+
+def _kernels(i):
+    items = []
+    for k in range(KERNELS_PER_TICK):
+        a = T0 + i * TICK + 100 * MS + k * KERNEL
+        items.append(G.activity(G.KERNEL, a, a + KERNEL, 0, 7, 1000 * i + k, 42, a - 20_000, G.ALL_OP, k % 2))
+    return items
+
+
+def gpu_stream(cupti: bool = True, nvml: bool = True, end: bool = True) -> list[dict]:
+    """The session; ``cupti=False`` is the same job without the agent (CPU-side figures only)."""
+    out = [_meta()]
+    if cupti:
+        out.append(G.status(T0, "cupti", True, "ok", "CUPTI activity on"))
+    else:
+        out.append(G.status(T0, "cupti", False, "no_agent", G.HOW_TO))
+    out.append(G.status(T0, "nvml", True, "ok", "NVML: sampling 1 GPU(s): NVIDIA H100") if nvml else
+               G.status(T0, "nvml", False, "unavailable", "NVML: libnvidia-ml.so not found (no NVIDIA driver)"))
+    out.append(_ctr(0, 0))
+    for i in range(1, TICKS + 1):
+        if cupti:
+            out.append(G.gpu(_kernels(i - 1), {0: "ampere_sgemm_32x32", 1: "elementwise_tanh"} if i == 1 else {}))
+        if nvml:
+            out.append(G.nvml(T0 + i * TICK, 0, "NVIDIA H100",
+                              util=[[T0 + i * TICK - 166 * MS, 100], [T0 + i * TICK - 83 * MS, 100]],
+                              mem_util=[[T0 + i * TICK, 3]], mem_used=3 << 30, mem_total=80 << 30))
+        out.append(_ctr(i, KERNELS_PER_TICK * i))
+        out.append(G.sync(T0 + i * TICK, {"cudaStreamSynchronize": i * 30 * MS}, {"cudaStreamSynchronize": 2 * i}))
+    out.append(R.intervals([R.interval(42, "range", "Optimizer.step#Adam.step", T0 + s * 500 * MS,
+                                       T0 + s * 500 * MS + MS) for s in range(STEPS)]))
+    if end:
+        out.append(R.end(T0 + TICKS * TICK, "target exited"))
+    return out

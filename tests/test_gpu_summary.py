@@ -1,0 +1,98 @@
+"""GPU figures in the summary, from a recorded ring stream with known answers
+(tests/gpu_streams.py): GPU-bound time, overlap, per-operation kernel figures, the
+CPU-side CUDA API figures, and the nvidia-smi contrast."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+from rich.console import Console
+
+import gpu_streams as GS
+from rlscope_top import gpu_summary
+from rlscope_top import summary as S
+from rlscope_top.accounting import Accounting
+
+
+def _summary(**kw) -> dict:
+    a = Accounting()
+    a.feed(GS.gpu_stream(**kw))
+    return S.build(a)
+
+
+def test_gpu_bound_time_and_per_operation_figures():
+    s = _summary()
+    wall = GS.TICKS * GS.TICK / 1e9
+    kernels = GS.TICKS * GS.KERNELS_PER_TICK
+    busy = kernels * GS.KERNEL / 1e9
+    assert s["totals"]["wall_s"] == pytest.approx(wall)
+    assert s["totals"]["gpu_s"] == pytest.approx(busy)
+    assert s["gpu"]["busy_pct"] == pytest.approx(100 * busy / wall)
+    op = s["operations"]["<all>"]
+    assert op["gpu_s"] == pytest.approx(busy)
+    g = op["gpu"]
+    assert g["kernels"] == kernels and g["steps"] == GS.STEPS and g["steps_from"] == "optimizer steps"
+    assert g["launches_per_step"] == pytest.approx(kernels / GS.STEPS)
+    assert g["mean_kernel_us"] == pytest.approx(GS.KERNEL / 1e3)
+    assert g["launches_per_s"] == pytest.approx(kernels / wall)
+    assert g["launch_latency_us"] == pytest.approx(20.0)
+    assert s["sources"]["gpu_s"] == "exact"
+    assert s["gpu"]["top_kernels"][0]["count"] == kernels // 2
+    json.dumps(s)
+
+
+def test_overlap_splits_wall_time():
+    s = _summary()
+    ov = s["totals"]["overlap_s"]
+    assert s["operations"]["<all>"]["overlap_s"] == ov
+    wall = s["totals"]["wall_s"]
+    assert sum(ov.values()) == pytest.approx(wall, abs=1e-5)
+    # per tick: CPU 200 ms, GPU 50 ms, independent within the tick: both = 200 * 50 / 250 = 40 ms
+    ticks = GS.TICKS
+    assert ov["both"] == pytest.approx(ticks * 0.040, abs=1e-5)
+    assert ov["cpu_only"] == pytest.approx(ticks * 0.160, abs=1e-5)
+    assert ov["gpu_only"] == pytest.approx(ticks * 0.010, abs=1e-5)
+    assert ov["idle"] == pytest.approx(ticks * 0.040, abs=1e-5)
+    assert s["sources"]["overlap_s"] == "estimated"
+
+
+def test_nvidia_smi_contrast():
+    s = _summary()
+    c = s["gpu"]["contrast"]
+    assert c["nvml_util_pct"] == 100 and c["gpu_bound_pct"] == pytest.approx(20.0)
+    assert c["ratio"] == pytest.approx(5.0) and c["ratio_is"] == "exact"
+    d = s["gpu"]["nvml"]["devices"]["0"]
+    assert d["samples"] == 2 * GS.TICKS and d["period_ms"] == pytest.approx(83.0)
+    assert d["mem_used_mb_max"] == 3072 and d["ratio"] == pytest.approx(5.0)
+
+
+def test_without_the_agent_cpu_side_figures_and_a_lower_bound():
+    s = _summary(cupti=False)
+    assert s["totals"]["gpu_s"] is None and s["totals"]["overlap_s"] is None
+    assert s["gpu"]["source"] == "unavailable" and "rlscope-top run" in s["gpu"]["notice"]
+    assert "enable_gpu_activity()" in s["gpu"]["notice"]          # the full how-to stays in the summary
+    cuda = s["gpu"]["cuda_api"]
+    assert cuda["launches"] == GS.TICKS * GS.KERNELS_PER_TICK
+    assert cuda["sync_blocked_s"] == pytest.approx(GS.TICKS * 0.030) and cuda["sync_calls"] == 2 * GS.TICKS
+    c = s["gpu"]["contrast"]
+    assert c["gpu_bound_pct"] is None and c["gpu_bound_lower_pct"] == pytest.approx(12.0)
+    assert c["ratio"] == pytest.approx(100 / 12.0, abs=0.01) and c["ratio_is"] == "at most"
+    assert s["operations"]["<all>"]["gpu"] is None
+
+
+def test_no_gpu_at_all_is_one_line_each_and_nothing_else_breaks():
+    s = _summary(cupti=False, nvml=False)
+    lines = gpu_summary.lines(s)
+    assert lines[0].startswith("GPU: n/a, no GPU activity measured:")
+    assert any(line.startswith("NVML: libnvidia-ml.so not found") for line in lines)
+    assert s["totals"]["wall_s"] > 0 and s["totals"]["python_s"] is not None
+
+
+def test_printed_summary_has_the_gpu_lines():
+    buf = io.StringIO()
+    S.render(_summary(), Console(file=buf, width=200))
+    out = buf.getvalue()
+    assert "GPU: busy 0.800s (20.0%)" in out and "kernels 160" in out and "20.0/step" in out
+    assert "nvidia-smi util 100.0% vs true GPU-bound 20.0%: ratio 5.0x" in out

@@ -1,0 +1,61 @@
+"""The GPU panel of the live screen on recorded rings with hand-built GPU records
+(tests/gpu_streams.py): kernel time and GPU-bound %, NVML utilization and the ratio, or
+the plain how-to line with the CPU-side CUDA API figures."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+import gpu_streams as GS
+from rlscope_top.ring import RingWriter
+from rlscope_top.tui.app import RlscopeApp
+
+FROZEN = lambda: 1000.0  # noqa: E731
+
+
+def _ring(tmp_path, name, **kw) -> str:
+    path = str(tmp_path / f"{name}.bin")
+    w = RingWriter(path, capacity=1 << 18)
+    for r in GS.gpu_stream(**kw):
+        w.write(r)
+    w.close()
+    return path
+
+
+def _panel(ring, tmp_path, size=(120, 40)) -> str:
+    app = RlscopeApp(ring, str(tmp_path / "s.json"), clock=FROZEN)
+    seen = {}
+
+    async def go():
+        async with app.run_test(size=size) as pilot:
+            await pilot.pause()
+            seen["gpu"] = str(app.query_one("#gpu").render())
+    asyncio.run(go())
+    return seen["gpu"]
+
+
+def test_panel_shows_kernel_time_and_the_nvidia_smi_contrast(tmp_path):
+    text = _panel(_ring(tmp_path, "gpu"), tmp_path, size=(200, 40))
+    assert "GPU: busy 0.800s (20.0%)" in text and "kernels 160 (40/s, mean 5,000.0 us, 20.0/step)" in text
+    assert "overlap cpu-only 64% gpu-only 4% both 16% idle 16% (estimated)" in text
+    assert "nvidia-smi util 100.0% vs true GPU-bound 20.0%: ratio 5.0x" in text
+
+
+def test_panel_without_the_agent_says_how_and_keeps_cuda_api_figures(tmp_path):
+    text = _panel(_ring(tmp_path, "noagent", cupti=False), tmp_path, size=(240, 40))
+    assert "GPU: n/a, no GPU activity measured: for kernel timing launch with `rlscope-top run -- CMD`" in text
+    assert "CUDA API (CPU side): 160 launches (40/s); blocked in sync 0.480s = 12.0% of wall (GPU-bound >= this)" in text
+    assert "ratio at most 8.3x" in text
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 32)])
+def test_snapshot_gpu(snap_compare, tmp_path, size):
+    assert snap_compare(RlscopeApp(_ring(tmp_path, "gpu"), str(tmp_path / "s.json"), clock=FROZEN),
+                        terminal_size=size)
+
+
+def test_snapshot_no_gpu(snap_compare, tmp_path):
+    ring = _ring(tmp_path, "none", cupti=False, nvml=False)
+    assert snap_compare(RlscopeApp(ring, str(tmp_path / "s.json"), clock=FROZEN), terminal_size=(100, 30))
