@@ -4,6 +4,7 @@
 // Time between two events of a thread goes to the category active in between,
 // split by whether the thread was on or off a CPU (sched_switch).
 #include <uapi/linux/ptrace.h>
+#include <uapi/linux/bpf_perf_event.h>
 
 #define CAT_PY 0
 #define CAT_BACKEND 1
@@ -40,7 +41,23 @@ struct tstate {
     u32 aop;                  // innermost annotated operation (0 none)
     u32 ann_seq;              // last annotation log entry applied
     u64 ann_slot;             // user address of the thread's annotation slot (0 unknown, 1 none)
-    u64 ann_chk;              // when the slot was last looked for
+    u32 ann_gen;              // the region's slot-claim count when the slot was last looked for
+    u32 sop_cur;              // sampled operation charged since last_ts
+    u32 sop_seq;              // last sampled change applied
+    u32 pad2;
+};
+
+// A thread's latest sampled operation changes, written whole by the monitor: each
+// with the instant it saw it (CLOCK_MONOTONIC ns) and a sequence number.
+#define SOP_N 16
+#define SOP_BATCH 4
+struct sopent {
+    u64 ts;
+    u32 op;
+    u32 seq;
+};
+struct sopv {
+    struct sopent e[SOP_N];
 };
 
 // Per operation, summed over threads: the same counters as a thread has.
@@ -57,8 +74,8 @@ struct opcnt {
 #define ANN_SLOT 1024
 #define ANN_NENT 60
 #define ANN_PROBE 8
-#define ANN_RETRY_NS 50000000ULL
-#define ANN_BATCH 24
+#define ANN_GEN_OFF 48
+#define ANN_BATCH 8
 struct annent {
     u64 t;
     u32 op;
@@ -103,7 +120,7 @@ BPF_ARRAY(timeline, u32, 1);
 // operation (annotations win over it).
 BPF_ARRAY(opcfg, u32, 1);
 BPF_HASH(annbase, u32, u64, 256);
-BPF_HASH(sop, u32, u32, 32768);
+BPF_HASH(sop, u32, struct sopv, 32768);
 BPF_HASH(opstat, u32, struct opcnt, 4096);
 BPF_PERCPU_ARRAY(blankop, struct opcnt, 1);
 
@@ -115,13 +132,7 @@ static __always_inline u32 op_cfg(void) {
 
 // The operation a thread's time goes to now.
 static __always_inline u32 cur_op(struct tstate *s) {
-    if (s->aop)
-        return s->aop;
-    if (!(op_cfg() & 2))
-        return 0;
-    u32 tid = s->tid;
-    u32 *o = sop.lookup(&tid);
-    return o ? *o : 0;
+    return s->aop ? s->aop : s->sop_cur;
 }
 
 static __always_inline struct opcnt *op_counters(u32 op) {
@@ -179,19 +190,48 @@ static __always_inline void advance(struct tstate *s, u64 now, u8 hint) {
     s->last_ts = now;
 }
 
+// Apply new sampled operations at the instants the monitor saw them, in order, so time
+// before each instant stays with the operation before it however long the thread went
+// without a probe event (with the per-call probes off, only context switches remain).
+static __always_inline void sop_sync(struct tstate *s, u64 now, u8 hint) {
+    if (!(op_cfg() & 2))
+        return;
+    u32 tid = s->tid;
+    struct sopv *v = sop.lookup(&tid);
+    if (!v)
+        return;
+    #pragma clang loop unroll(disable)
+    for (int i = 0; i < SOP_BATCH; i++) {
+        u32 want = s->sop_seq + 1;
+        struct sopent *e = &v->e[want % SOP_N];
+        if (e->seq != want) {
+            if (e->seq < want || e->seq - want >= 0x80000000)
+                return;
+            s->sop_seq = e->seq - 1;     // the monitor lapped us: skip what was overwritten
+            continue;
+        }
+        if (e->ts > s->last_ts && e->ts < now)
+            advance(s, e->ts, hint);
+        s->sop_cur = e->op;
+        s->sop_seq = want;
+    }
+}
+
 // Find this thread's slot in its process's annotation region (user memory, so only
-// from the thread's own context). Returns 0 when it has none (yet).
+// from the thread's own context). Returns 0 when it has none (yet). Slots are looked
+// for again only after the process claimed a new one (a counter in the header).
 static __always_inline u64 ann_find(struct tstate *s, u64 now) {
     if (s->ann_slot > 1)
         return s->ann_slot;
-    if (s->ann_slot == 1 && now - s->ann_chk < ANN_RETRY_NS)
-        return 0;
-    s->ann_chk = now;
-    s->ann_slot = 1;
     u32 tgid = s->tgid;
     u64 *base = annbase.lookup(&tgid);
     if (!base)
         return 0;
+    u32 gen = 0;
+    if (bpf_probe_read_user(&gen, sizeof(gen), (void *)(*base + ANN_GEN_OFF)) != 0 || gen == s->ann_gen)
+        return 0;
+    s->ann_gen = gen;
+    s->ann_slot = 1;
     #pragma clang loop unroll(disable)
     for (int k = 0; k < ANN_PROBE; k++) {
         u64 addr = *base + ANN_HDR + ((s->tid + k) % ANN_NSLOTS) * ANN_SLOT;
@@ -282,6 +322,7 @@ static __always_inline int on_enter(int id, int cat) {
         return 0;
     hit(id);
     ann_sync(s, now);
+    sop_sync(s, now, RUN_ON);
     advance(s, now, RUN_ON);
     s->run = RUN_ON;
     int key = cat;
@@ -321,6 +362,7 @@ static __always_inline int on_exit(int id, int cat, int count) {
     if (count)
         hit(id);
     ann_sync(s, now);
+    sop_sync(s, now, RUN_ON);
     advance(s, now, RUN_ON);
     s->run = RUN_ON;
     int from = cur_cat(s) & 3;
@@ -385,6 +427,7 @@ TRACEPOINT_PROBE(sched, sched_switch) {
             threads.delete(&prev);  // a forked child process, not one of our threads
         } else {
             ann_sync(s, now);
+            sop_sync(s, now, RUN_ON);
             advance(s, now, RUN_ON);
             s->run = RUN_OFF;
             tl_emit(prev, tgid, now, EV_OFF, 0);
@@ -396,6 +439,21 @@ TRACEPOINT_PROBE(sched, sched_switch) {
         s->run = RUN_ON;
         tl_emit(next, s->tgid, now, EV_ON, 0);
     }
+    return 0;
+}
+
+// A CPU-clock tick (250 Hz per CPU): applies pending operation changes of the thread
+// on the CPU, so a thread that runs for long without a probe hit or a context switch
+// still gets its time split where its operations changed. Categories are unaffected.
+int on_tick(struct bpf_perf_event_data *ctx) {
+    u64 now = bpf_ktime_get_ns();
+    u32 tid = (u32)bpf_get_current_pid_tgid();
+    struct tstate *s = threads.lookup(&tid);
+    if (!s || s->exited || !(op_cfg() & 3) || !targets.lookup(&s->tgid))
+        return 0;
+    ann_sync(s, now);
+    sop_sync(s, now, RUN_ON);
+    advance(s, now, RUN_ON);
     return 0;
 }
 

@@ -22,6 +22,7 @@ from .catalog import ENTER, EXIT, PAIR, RANGE_BEGIN, RANGE_END, COUNT, ProbeSpec
 from .prologue import cheap_offset, is_cheap_at
 from ..calibration import Calibration, load as load_calibration
 
+TICK_HZ = 250   # CPU-clock tick per CPU that applies pending operation changes
 EV_RANGE_BEGIN, EV_RANGE_END, EV_THREAD_EXIT = 1, 2, 3
 EV_ENTER, EV_EXIT, EV_ON, EV_OFF, EV_NEW = 5, 6, 7, 8, 9
 
@@ -147,6 +148,8 @@ class ProbeSet:
         self.bpf = None
         self.t0_ns = 0
         self._cfg_lock = threading.Lock()
+        self._sop: dict[int, object] = {}        # tid -> the sampled-op history leaf we write
+        self._sop_seq: dict[int, int] = {}
 
     # -- lifecycle ---------------------------------------------------------
     def load(self) -> None:
@@ -176,6 +179,13 @@ class ProbeSet:
             leaf.run = 2
             threads[ct.c_uint(tid)] = leaf
         self.bpf["targets"][ct.c_uint(self.pid)] = ct.c_uint(1)
+        try:    # bounds how long a thread's operation change can wait for an event
+            self.bpf.attach_perf_event(ev_type=self._bcc.PerfType.SOFTWARE,
+                                       ev_config=self._bcc.PerfSWConfig.CPU_CLOCK,
+                                       fn_name="on_tick", sample_freq=TICK_HZ, cpu=-1)
+        except Exception as e:  # no perf events here: operation boundaries wait for events
+            self.notify("warn", f"no CPU-clock tick ({_first_line(e)}): operation boundaries of threads "
+                                "that run long without a probe hit are applied late")
         return self.t0_ns
 
     def freeze(self) -> int:
@@ -204,7 +214,10 @@ class ProbeSet:
         """Attach probes to libraries mapped since the last scan. Returns new groups."""
         new_groups = []
         paths = mapped_files(self.pid)
-        for i, spec in enumerate(self.specs):
+        # end-of-call probes first (as within a pair): a call already running when its begin
+        # probe went in would otherwise hold the depth open for good
+        order = sorted(enumerate(self.specs), key=lambda x: x[1].kind not in (EXIT, RANGE_END))
+        for i, spec in order:
             for path in paths:
                 if (i, path) in self._tried or not spec.matches(path) or self.modes.get(spec.category) == "off":
                     continue
@@ -373,9 +386,21 @@ class ProbeSet:
         self.bpf["annbase"][ct.c_uint(self.pid)] = ct.c_ulonglong(address)
         self.set_op_source(1)
 
-    def set_sampled_op(self, tid: int, op: int) -> None:
-        """The operation the stack sampler last saw on a thread (0 none)."""
-        self.bpf["sop"][ct.c_uint(tid)] = ct.c_uint(op)
+    def set_sampled_op(self, tid: int, op: int, ts_ns: int) -> None:
+        """The operation the stack sampler saw on a thread (0 none) and when (CLOCK_MONOTONIC).
+
+        The kernel keeps the last 16 changes per thread and replays them in order at the
+        thread's next event.
+        """
+        table = self.bpf["sop"]
+        leaf = self._sop.get(tid)
+        if leaf is None:
+            leaf = self._sop[tid] = table.Leaf()
+        seq = self._sop_seq.get(tid, 0) + 1
+        self._sop_seq[tid] = seq
+        e = leaf.e[seq % 16]
+        e.ts, e.op, e.seq = ts_ns, op, seq
+        table[ct.c_uint(tid)] = leaf
 
     def sync_times(self) -> dict[str, list[int]]:
         """Time blocked in synchronize calls: ``{label: [ns, calls]}`` (cumulative, outermost calls)."""

@@ -19,6 +19,8 @@ import threading
 import time
 from typing import Callable
 
+_now = time.monotonic_ns
+
 from ..op_rules import Matcher, Rule
 
 SAMPLED_ID_BASE = 4096          # annotated operations use ids 1..1023
@@ -34,7 +36,7 @@ def austin_path() -> str | None:
 class StackSampler:
     """Runs austin on one PID and keeps each thread's sampled operation."""
 
-    def __init__(self, pid: int, rules: list[Rule], hz: float, set_op: Callable[[int, int], None]):
+    def __init__(self, pid: int, rules: list[Rule], hz: float, set_op: Callable[[int, int, int], None]):
         self.pid, self.hz = pid, hz
         self.matcher = Matcher(rules)
         self.names = sorted({r.name for r in rules})
@@ -130,14 +132,21 @@ class StackSampler:
         parts = stack.split(";")
         if len(parts) < 3:
             return
-        if "INVALID" in stack:      # frames changed under the non-blocking read: no evidence either way
-            self.invalid += 1
-            return
         try:
             tid = int(parts[1].rsplit(":", 1)[-1])
         except ValueError:
             return
         frames = [f.rsplit(":", 1)[0] for f in parts[2:]]
+        if "INVALID" in stack:
+            # the stack changed under austin's non-blocking read: the frames inside the last
+            # bad one are still good, and their innermost match is the innermost operation
+            good = frames[max(i for i, f in enumerate(frames) if "INVALID" in f) + 1:]
+            inner = self.matcher.match(good)[0]
+            if inner is None:
+                self.invalid += 1
+                return
+            self._apply(tid, self.ids[inner])     # outer frames unknown: not an inclusive sample
+            return
         inner, seen = self.matcher.match(frames)
         op = self.ids[inner] if inner else 0
         self.total += 1
@@ -145,9 +154,12 @@ class StackSampler:
             self._samples[op] = self._samples.get(op, 0) + 1
         for n in seen:
             self.inclusive[n] = self.inclusive.get(n, 0) + 1
+        self._apply(tid, op)
+
+    def _apply(self, tid: int, op: int) -> None:
         if self._cur.get(tid, 0) != op:
             self._cur[tid] = op
-            self._set_op(tid, op)
+            self._set_op(tid, op, _now())
 
 
 def _first_sentence(text: str) -> str:

@@ -31,6 +31,7 @@ NAMES_OFF = HDR_SIZE + NSLOTS * SLOT_SIZE
 REGION_SIZE = NAMES_OFF + MAX_NAMES * NAME_SIZE
 ATTACHED_OFF = 16             # u8 epoch: a monitor sets 1..255 while attached, 0 when it leaves
 NNAMES_OFF = 20               # u32 names published so far
+GEN_OFF = 48                  # u32 slots claimed so far: tells the kernel to look for a new one
 PROBE_SLOTS = 8               # a thread's slot is within this many of tid % NSLOTS
 KINDS = {"": 0, "simulation": 1}
 
@@ -113,6 +114,7 @@ def _claim_slot(tid: int) -> int:
             if struct.unpack_from("<I", mm, off)[0] in (0, tid):
                 mm[off:off + SLOT_SIZE] = bytes(SLOT_SIZE)
                 _pack_u32(mm, off, tid)
+                _pack_u32(mm, GEN_OFF, struct.unpack_from("<I", mm, GEN_OFF)[0] + 1)
                 return off
     return 0
 

@@ -214,9 +214,9 @@ class Collector:
             self._note("warn", f"operations unavailable: austin cannot sample PID {self.pid}: {smp.error} "
                                "The category breakdown is unaffected.")
 
-    def _sampled_op(self, tid: int, op: int) -> None:
+    def _sampled_op(self, tid: int, op: int, ts_ns: int) -> None:
         """The sampler saw a thread change operation (called from its reader thread)."""
-        self.probes.set_sampled_op(tid, op)
+        self.probes.set_sampled_op(tid, op, ts_ns)
         if op and not self._sampling_on:
             # the kernel looks sampled operations up only once a rule has matched, so a
             # target no rule fits pays nothing for the sampler in its probes

@@ -97,7 +97,7 @@ def test_bad_rules_are_usage_errors(bad):
 
 def test_sampler_feed_sets_the_kernel_op_only_on_change():
     calls = []
-    smp = StackSampler(1, BUILTIN, 100, lambda tid, op: calls.append((tid, op)))
+    smp = StackSampler(1, BUILTIN, 100, lambda tid, op, ts: calls.append((tid, op)))
     line = f"P1;T0:7;/w/t.py:<module>:3;{SB3}:OnPolicyAlgorithm.collect_rollouts:200 10000"
     smp.feed(line)
     smp.feed(line)
@@ -206,6 +206,6 @@ import time; time.sleep(30)
 def test_region_layout_matches_the_kernel_constants():
     src = open(os.path.join(os.path.dirname(A.__file__), "..", "probes", "bpf_program.c")).read()
     for name, value in (("ANN_HDR", A.HDR_SIZE), ("ANN_NSLOTS", A.NSLOTS), ("ANN_SLOT", A.SLOT_SIZE),
-                        ("ANN_NENT", A.NENT), ("ANN_PROBE", A.PROBE_SLOTS)):
+                        ("ANN_NENT", A.NENT), ("ANN_PROBE", A.PROBE_SLOTS), ("ANN_GEN_OFF", A.GEN_OFF)):
         assert f"#define {name} {value}\n" in src, name
     assert struct.calcsize("<QII") == 16
