@@ -53,6 +53,8 @@ class StackSampler:
         self._stopping = False
         self.ended = False          # austin is gone (error says why, unless we stopped it)
         self._cpu_final: float | None = None
+        self._cpu_last: float | None = None
+        self._cpu_base = 0.0        # CPU of the austin processes this one replaced
         self.started_ns = 0
 
     def kind(self, op_id: int) -> str:
@@ -84,7 +86,7 @@ class StackSampler:
         """Stop austin and the reader (idempotent)."""
         self._stopping = True
         if self._cpu_final is None:
-            self._cpu_final = self.cpu_s()
+            self._cpu_final = self._own_cpu()
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
             try:
@@ -93,6 +95,18 @@ class StackSampler:
                 self.proc.kill()
         if self._thread is not None:
             self._thread.join(timeout=2)
+
+    def restarted(self, hz: float) -> "StackSampler":
+        """A new austin at another rate that carries this one's state (same ids and counts)."""
+        self.stop()
+        new = StackSampler(self.pid, [], hz, self._set_op)
+        new.matcher, new.names, new.ids = self.matcher, self.names, self.ids
+        new._cur, new._samples, new.inclusive = self._cur, self._samples, self.inclusive
+        new.total, new.invalid = self.total, self.invalid
+        new._cpu_base = (self.cpu_s() or 0.0) + self._cpu_base
+        if not new.start():
+            new.ended = True
+        return new
 
     def current(self, tid: int) -> int:
         """The operation id a thread had at its latest sample (0 none)."""
@@ -104,14 +118,17 @@ class StackSampler:
 
     def cpu_s(self) -> float | None:
         """CPU seconds austin has used (its cost on the machine); None if it never ran."""
-        if self._cpu_final is not None:
-            return self._cpu_final
+        own = self._cpu_final if self._cpu_final is not None else self._own_cpu()
+        return None if own is None else own + self._cpu_base
+
+    def _own_cpu(self) -> float | None:
         try:
             with open(f"/proc/{self.proc.pid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
-            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            self._cpu_last = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
         except (OSError, AttributeError, IndexError, ValueError):
-            return None
+            pass                    # gone with its target: the last reading stands
+        return self._cpu_last
 
     # -- reading -----------------------------------------------------------
     def _read(self) -> None:

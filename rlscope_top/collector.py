@@ -27,6 +27,9 @@ SAMPLE_WINDOW_S = 0.5   # a category the budget turned off is timed again this l
 MIN_SAMPLE_PERIOD_S = 5.0   # ... at most this often (further apart when it costs more)
 SAMPLE_SHARE = 0.35     # share of the budget the sample windows may use
 META_PERIOD_S = 10.0    # late readers find a meta record within this
+SAMPLER_WINDOW_S = 5.0  # the stack sampler's CPU is checked over this ...
+SAMPLER_SHARE = 0.5     # ... against this share of the overhead budget (% of one core)
+MIN_SAMPLE_HZ = 10.0
 
 
 class Collector:
@@ -56,6 +59,7 @@ class Collector:
         self._sampling_on = False
         self._sampler_reported = False
         self._aops: dict[int, int] = {}          # tid -> annotated op at the latest read
+        self._smp_window = (0.0, 0.0)            # (monotonic s, sampler CPU s) at the window start
 
     def _note(self, level: str, msg: str) -> None:
         self._notify(level, msg)
@@ -205,14 +209,34 @@ class Collector:
         return self.op_names[op][0] if op in self.op_names else "<all>"
 
     def _check_sampler(self) -> None:
-        """Say once why sampled operations stopped, unless the target itself is gone."""
+        """Keep the sampler's own CPU inside half the budget; say once why it stopped."""
         smp = self.sampler
-        if smp is None or not smp.ended or self._sampler_reported:
+        if smp is None:
+            return
+        self._sampler_budget(smp)
+        if not smp.ended or self._sampler_reported:
             return
         self._sampler_reported = True
         if smp.error and is_alive(self.pid):
             self._note("warn", f"operations unavailable: austin cannot sample PID {self.pid}: {smp.error} "
                                "The category breakdown is unaffected.")
+
+    def _sampler_budget(self, smp) -> None:
+        """Every 5 s: austin above half the overhead budget (% of one core) halves its rate."""
+        now, cpu = time.monotonic(), smp.cpu_s()
+        if cpu is None or smp.ended:
+            return
+        t0, c0 = self._smp_window
+        if now - t0 < SAMPLER_WINDOW_S:
+            return
+        self._smp_window = (now, cpu)
+        pct = 100 * (cpu - c0) / (now - t0) if t0 else 0.0
+        if t0 and pct > SAMPLER_SHARE * self.budget.max_pct and smp.hz > MIN_SAMPLE_HZ:
+            hz = max(MIN_SAMPLE_HZ, smp.hz / 2)
+            self._note("warn", f"stack sampler used {pct:.1f}% of a core > {SAMPLER_SHARE * self.budget.max_pct:g}%: "
+                               f"{smp.hz:g} -> {hz:g} samples/s")
+            self.sampler = smp.restarted(hz)
+            self._smp_window = (0.0, 0.0)
 
     def _sampled_op(self, tid: int, op: int, ts_ns: int) -> None:
         """The sampler saw a thread change operation (called from its reader thread)."""
