@@ -133,7 +133,7 @@ def main() -> None:
              "| operation | our share % | truth % | category share ours vs truth % | transitions |",
              "|---|---|---|---|---|", *a, "",
              f"Unannotated SB3 PPO CartPole-v1, attached mid-run for {args.seconds:g} s, built-in rules, default "
-             "budget and sampler (100 Hz):", "",
+             "budget and sampler (starts at 100 Hz; the budget halves it while austin uses more than 2.5% of a core):", "",
              "| operation | our share % | in-process % | inclusive share ours vs in-process % |", "|---|---|---|---|",
              *b, "", "Hand-written loop with `--op rollout=collect_batch --op update=*/custom_loop.py:update_model`:", "",
              "| operation | our share % | truth % | probe counts landing in it |", "|---|---|---|---|", *c]
