@@ -36,6 +36,7 @@ struct tstate {
     u8 pyflag;                // the thread entered a Python binding
     u8 exited;
     u8 pad[5];
+    struct fwsplit fw;        // Backend split per framework (fw_prelude.c)
 };
 
 struct event {
@@ -100,8 +101,10 @@ static __always_inline int cur_cat(struct tstate *s) {
 static __always_inline void advance(struct tstate *s, u64 now, u8 hint) {
     u8 r = s->run == RUN_UNKNOWN ? hint : s->run;
     int c = cur_cat(s) & 3;
-    if (now > s->last_ts)
+    if (now > s->last_ts) {
         s->ns[c * 2 + (r == RUN_ON ? 0 : 1)] += now - s->last_ts;
+        fw_time(&s->fw, c, now - s->last_ts, r != RUN_ON);
+    }
     s->last_ts = now;
 }
 
@@ -136,6 +139,8 @@ static __always_inline void hit(int id) {
 static __always_inline void charge(struct tstate *s, int before_cat, u32 before, u32 after) {
     s->oh[before_cat & 3] += before;
     s->oh[cur_cat(s) & 3] += after;
+    fw_oh(&s->fw, before_cat, before);
+    fw_oh(&s->fw, cur_cat(s), after);
 }
 
 static __always_inline int on_enter(int id, int cat) {
@@ -156,6 +161,7 @@ static __always_inline int on_enter(int id, int cat) {
         s->trans[from * NCAT + (cat & 3)]++;
         s->calls[cat & 3]++;
     }
+    fw_enter(&s->fw, id, cat, from, s->depth[cat & 3] == 0, count_only);
     if (s->depth[cat & 3] < 1000000 && !count_only)
         s->depth[cat & 3]++;
     if (cat == CAT_BACKEND)

@@ -18,6 +18,8 @@ from typing import Callable
 
 from . import catalog
 from .catalog import ENTER, EXIT, PAIR, RANGE_BEGIN, RANGE_END, COUNT, ProbeSpec
+from . import frameworks as fw
+from .symbols import resolve as resolve_symbol
 from .prologue import cheap_offset, is_cheap_at
 from ..calibration import Calibration, load as load_calibration
 
@@ -67,18 +69,23 @@ class ThreadCounters:
     last_ts: int
     pyflag: bool
     exited: bool
+    fw: dict | None = None    # Backend split per framework slot: ns [[on, off]], calls, trans, oh
 
 
 def program_text(specs: list[ProbeSpec]) -> str:
     """The BPF C source for a probe catalog (also what ``--ebpf`` prints)."""
-    base = resources.files("rlscope_top.probes").joinpath("bpf_program.c").read_text()
-    out = [f"#define NPROBES {max(1, len(specs))}", base]
+    here = resources.files("rlscope_top.probes")
+    base = here.joinpath("bpf_program.c").read_text()
+    out = [f"#define NPROBES {max(1, len(specs))}", here.joinpath("fw_prelude.c").read_text(), base,
+           here.joinpath("fw_guard.c").read_text()]
     for i, s in enumerate(specs):
         if s.kind == PAIR:
             out.append(f"int p{i}_enter(struct pt_regs *ctx) {{ return on_enter({i}, {s.category}); }}")
             out.append(f"int p{i}_exit(struct pt_regs *ctx) {{ return on_exit({i}, {s.category}, 0); }}")
         elif s.kind == ENTER:
             out.append(f"int p{i}_enter(struct pt_regs *ctx) {{ return on_enter({i}, {s.category}); }}")
+        elif fw.is_guarded_exit(s):
+            out.append(f"int p{i}_exit(struct pt_regs *ctx) {{ return fw_wait_exit({i}, {s.category}); }}")
         elif s.kind == EXIT:
             out.append(f"int p{i}_exit(struct pt_regs *ctx) {{ return on_exit({i}, {s.category}, 1); }}")
         elif s.kind == RANGE_BEGIN:
@@ -201,8 +208,13 @@ class ProbeSet:
         if self.n_probes() + spec.n_attach > self.max_probes:
             self.missing.setdefault(spec.group, []).append(f"{spec.symbol} (probe limit {self.max_probes})")
             return False
+        if spec.part == "wait" and spec.kind == ENTER and not self._has_wait_end(spec.group, path):
+            # without its end a wait bracket would stay open: time it not at all instead
+            self.missing.setdefault(spec.group, []).append(f"{spec.symbol} (no wait end probe)")
+            return False
         root_path = path if os.path.exists(path) else f"/proc/{self.pid}/root{path}"
         try:
+            spec = resolve_symbol(self._bcc, spec, root_path)
             offset = 0 if spec.kind == PAIR else self._entry_offset(root_path, spec.symbol)
         except Exception as e:  # bcc raises bare Exception for a missing symbol
             self.missing.setdefault(spec.group, []).append(spec.symbol)
@@ -213,6 +225,7 @@ class ProbeSet:
         cost = self.calibration.cost(spec.kind, emulated)
         self.bpf["costs"][ct.c_int(i)] = self.bpf["costs"].Leaf(*(cost[k] for k in (
             "enter_before", "enter_after", "exit_before", "exit_after")))
+        self.bpf["probe_fw"][ct.c_int(i)] = ct.c_uint(fw.probe_fw_value(spec))
         a = Attached(i, spec, path, offset, emulated, 0, root_path, {})
         for part in _parts(spec):
             self._attach_part(a, part)
@@ -223,6 +236,10 @@ class ProbeSet:
                 return False
         self.attached.append(a)
         return True
+
+    def _has_wait_end(self, group: str, path: str) -> bool:
+        return any(fw.is_guarded_exit(a.spec) and a.spec.group == group and a.path == path
+                   for a in self.attached)
 
     # -- the overhead budget's levers ------------------------------------
     def degrade(self, cat: int) -> str:
@@ -328,7 +345,8 @@ class ProbeSet:
                 calls=[s.calls[c] for c in range(4)],
                 oh=[s.oh[c] for c in range(4)],
                 depth=[s.depth[c] for c in range(4)],
-                run=s.run, last_ts=s.last_ts, pyflag=bool(s.pyflag), exited=bool(s.exited)))
+                run=s.run, last_ts=s.last_ts, pyflag=bool(s.pyflag), exited=bool(s.exited),
+                fw=_fw_counters(s.fw)))
         return out
 
     def forget(self, tid: int) -> None:
@@ -347,6 +365,13 @@ class ProbeSet:
     def _on_event(self, ctx, data, size):
         e = self.bpf["events"].event(data)
         self._events.append((e.kind, e.ts, e.tid, e.name.decode(errors="replace"), e.cat))
+
+
+def _fw_counters(f) -> dict:
+    """A thread's per-framework Backend counters, for the slots that have names."""
+    n = len(fw.SLOTS)
+    return {"ns": [[f.ns[2 * k], f.ns[2 * k + 1]] for k in range(n)], "calls": [f.calls[k] for k in range(n)],
+            "trans": [f.trans[k] for k in range(n)], "oh": [f.oh[k] for k in range(n)], "cur": f.cur}
 
 
 def _parts(spec: ProbeSpec) -> tuple[str, ...]:

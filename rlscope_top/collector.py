@@ -14,6 +14,7 @@ from typing import Callable
 from . import records as R
 from .errors import AttachError, BccMissing, BpfCompileError
 from .probes import catalog
+from .probes import frameworks as FW
 from .probes import loader as L
 from .probes.loader import BccUnavailable, ProbeSet, ThreadCounters
 from .budget import Budget
@@ -76,6 +77,8 @@ class Collector:
                                "mujoco): counting Python and on/off-CPU time only; probes attach if one is loaded later")
         elif missing:
             self._note("info", "not loaded (yet): " + ", ".join(missing))
+        for group, syms in self.probes.missing.items():   # a build that lacks a symbol: say so in the summary
+            self._note("warn", f"{group}: {len(syms)} probe(s) not attached: {', '.join(syms)[:300]}")
 
     def tick(self) -> None:
         """Pick up new libraries, drain events, and write one counters record."""
@@ -168,7 +171,7 @@ class Collector:
                               for g in self.probes.groups},
                       missing=self.probes.missing, host=platform.node(), kernel=platform.release(),
                       calibrated=self.probes.calibration.measured, max_overhead_pct=self.budget.max_pct,
-                      tids0=self.probes.tids0, timeline=self.probes.timeline)
+                      tids0=self.probes.tids0, timeline=self.probes.timeline, fw_slots=list(FW.SLOTS))
 
     def _counters(self, now: int | None = None) -> dict:
         now = now or time.monotonic_ns()
@@ -186,11 +189,14 @@ class Collector:
             c = _innermost(tc.depth)
             on = tc.run == 1 or (tc.run == 2 and thread_running(self.pid, tc.tid))
             ns[c][0 if on else 1] += now - tc.last_ts
+            if c == catalog.CAT_BACKEND and tc.fw:     # the same time, to the open call's framework
+                tc.fw["ns"][tc.fw["cur"] % len(FW.SLOTS)][0 if on else 1] += now - tc.last_ts
         if tc.tid not in self._names:
             self._names[tc.tid] = thread_name(self.pid, tc.tid)
         return R.thread(tid=tc.tid, name=self._names[tc.tid],
                         python=tc.pyflag or tc.tid == self.pid, exited=tc.exited,
-                        ns=ns, trans=tc.trans, calls=tc.calls, oh=tc.oh)
+                        ns=ns, trans=tc.trans, calls=tc.calls, oh=tc.oh,
+                        fw={k: v for k, v in (tc.fw or {}).items() if k != "cur"} or None)
 
     def _drain_events(self) -> None:
         items, timeline = [], []
