@@ -89,10 +89,14 @@ def render_line(summary: dict) -> str | None:
         return None
     items = []
     for name, f in sorted(fws.items(), key=lambda kv: -kv[1]["backend_s"]):
+        if not f["calls"]:
+            continue            # attached (the library is mapped) but never called
         text = f"{name} {f['backend_s']:.3f}s x{f['calls']:,}"
         for p, g in (f.get("parts") or {}).items():
             text += f" ({p} {g['backend_s']:.3f}s x{g['calls']:,}, off-CPU {g['off_cpu_s']:.3f}s)"
         items.append(text)
+    if not items:
+        return None
     src = (summary.get("sources") or {}).get("frameworks", "exact")
     return "backend by framework  " + "  ".join(items) + ("" if src == "exact" else f"  [{src}]")
 
