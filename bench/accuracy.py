@@ -8,7 +8,7 @@ Raw error: our uncorrected shares against the target's own in-window timing (whi
 includes the probes' cost). Corrected error: our corrected shares against the
 unprobed reference. Writes docs/accuracy.md.
 
-usage: sudo .venv/bin/python bench/accuracy.py [--seconds 6]
+usage: sudo .venv/bin/python bench/accuracy.py [--seconds 6] [--only TEXT ...]
 """
 
 from __future__ import annotations
@@ -84,6 +84,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=6.0)
     ap.add_argument("--out", default=os.path.join(REPO, "docs", "accuracy.md"))
+    ap.add_argument("--only", action="append", metavar="TEXT",
+                    help="run only the workloads whose name contains TEXT (repeatable) and update their rows "
+                         "in --out, keeping the others")
     args = ap.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -91,6 +94,8 @@ def main() -> None:
         subprocess.run(["gcc", "-O1", "-shared", "-fPIC", "-o", simlib,
                         os.path.join(REPO, "tests", "native", "simlib.c")], check=True)
         for name, wargs in WORKLOADS:
+            if args.only and not any(t in name for t in args.only):
+                continue
             r = run(wargs, args.seconds, simlib, tmp)
             s = r["summary"]
             raw, cor = shares(s["raw"]), shares(s["totals"])
@@ -98,7 +103,41 @@ def main() -> None:
             print(f"{name:28s} raw err {[round(100 * (raw[c] - r['probed'][c]), 2) for c in CATS]} "
                   f"corrected err {[round(100 * (cor[c] - r['unprobed'][c]), 2) for c in CATS]}",
                   file=sys.stderr, flush=True)
-    write(rows, args)
+    if args.only and os.path.exists(args.out):
+        merge(rows, args)
+    else:
+        write(rows, args)
+
+
+def row_line(name, s, r, raw, cor) -> str:
+    """One markdown table row: rate, truth, raw and corrected errors."""
+    rate = s["calls"]["backend"] / s["duration_s"]
+    truth = "/".join(f"{100 * r['unprobed'][c]:.1f}" for c in CATS)
+    rerr = "/".join(f"{100 * (raw[c] - r['probed'][c]):+.2f}" for c in CATS)
+    cerr = [100 * (cor[c] - r["unprobed"][c]) for c in CATS]
+    return (f"| {name} | {rate:,.0f} | {truth} | {rerr} | {'/'.join(f'{e:+.2f}' for e in cerr)} | "
+            f"{max(abs(e) for e in cerr):.2f} |")
+
+
+def merge(rows, args) -> None:
+    """Replace (or append) the rows of the workloads just run in an existing table."""
+    lines = open(args.out).read().splitlines()
+    table_end = max(i for i, ln in enumerate(lines) if ln.startswith("| "))
+    for row in rows:
+        new = row_line(*row)
+        at = next((i for i, ln in enumerate(lines) if ln.startswith(f"| {row[0]} |")), None)
+        if at is None:
+            table_end += 1
+            lines.insert(table_end, new)
+        else:
+            lines[at] = new
+    note = (f"Rows {', '.join(r[0] for r in rows)}: run on {time.strftime('%Y-%m-%d')} with `--only` "
+            f"(`--seconds {args.seconds:g}`).")
+    lines.insert(table_end + 1, "")
+    lines.insert(table_end + 2, note)
+    with open(args.out, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
 
 
 def write(rows, args) -> None:
@@ -117,13 +156,8 @@ def write(rows, args) -> None:
              "| workload | backend calls/s | truth py/sim/backend % | raw error pp (py/sim/be) | "
              "corrected error pp (py/sim/be) | max corrected |",
              "|---|---|---|---|---|---|"]
-    for name, s, r, raw, cor in rows:
-        rate = s["calls"]["backend"] / s["duration_s"]
-        truth = "/".join(f"{100 * r['unprobed'][c]:.1f}" for c in CATS)
-        rerr = "/".join(f"{100 * (raw[c] - r['probed'][c]):+.2f}" for c in CATS)
-        cerr = [100 * (cor[c] - r["unprobed"][c]) for c in CATS]
-        lines.append(f"| {name} | {rate:,.0f} | {truth} | {rerr} | {'/'.join(f'{e:+.2f}' for e in cerr)} | "
-                     f"{max(abs(e) for e in cerr):.2f} |")
+    for row in rows:
+        lines.append(row_line(*row))
     lines += ["", "The last two rows use tests/targets/framework_split.py: the same fixed-work Python phase, then "
               "TensorFlow's generated eager MatMul op (run inline, one intra-op thread), or a jitted JAX function "
               "and `block_until_ready` (asynchronous: the Python thread waits for a worker thread; dispatch and "
