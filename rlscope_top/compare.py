@@ -4,6 +4,7 @@ Why is implementation A slower than B? The table puts each category's time, its 
 the Python->Backend transitions and the Backend calls of the two runs next to each other,
 per step when the steps are known, with the ratio B/A.
 
+Category rows are corrected (the probes' calibrated cost taken out); the wall row is not.
 A *step* is one environment step of the training loop (what the RL code counts as a
 timestep). A summary does not know it, so it comes from ``--steps-a``/``--steps-b`` (or
 ``--steps`` for both), or from a top-level ``"steps"`` key a script added to the summary.
@@ -112,7 +113,7 @@ def table(a: dict, b: dict, steps_a: int | None, steps_b: int | None, names: tup
     rows = list(dict.fromkeys([*fa, *fb]))
     for row in rows:
         va, vb = fa.get(row), fb.get(row)
-        label = "time" if row == "wall" else row.replace("_", " ")
+        label = "wall (with probes)" if row == "wall" else row.replace("_", " ")
         sa = _share(a, row) if row in CATS and va is not None else ""
         sb = _share(b, row) if row in CATS and vb is not None else ""
         t.add_row(label, _fmt(va, row, per_step), sa, _fmt(vb, row, per_step), sb, _ratio(va, vb))
