@@ -35,6 +35,9 @@ LONG = ("SB3 PPO CartPole-v1, 32768 steps", ["ppo", "CartPole-v1", "32768"])
 LONG_MODES = ["none", "rlscope-top", "py-spy 100 Hz"]
 
 
+RLSCOPE_ARGS = {"rlscope-top": [], "rlscope-top, no sampler": ["--sample-hz", "0"]}
+
+
 def _start_target(args: list[str], profiler: bool) -> subprocess.Popen:
     p = subprocess.Popen([PY, os.path.join(HERE, "workloads", "sb3_train.py"), *args,
                           *(["--torch-profiler"] if profiler else [])],
@@ -57,10 +60,11 @@ def _wait_stderr(proc: subprocess.Popen, needle: str, timeout: float = 60) -> fl
 def run_once(args: list[str], mode: str, tmp: str) -> dict:
     t = _start_target(args, mode == "torch.profiler")
     mon, extra = None, {}
-    if mode == "rlscope-top":
+    if mode in RLSCOPE_ARGS:
         summary = os.path.join(tmp, f"s-{t.pid}.json")
         t_attach = time.monotonic()
-        mon = subprocess.Popen([PY, "-m", "rlscope_top.cli", "attach", str(t.pid), "--summary", summary],
+        mon = subprocess.Popen([PY, "-m", "rlscope_top.cli", "attach", str(t.pid), "--summary", summary,
+                                *RLSCOPE_ARGS[mode]],
                                stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, cwd=tmp)
         _wait_stderr(mon, "attached to PID")
         extra["attach_s"] = time.monotonic() - t_attach
@@ -83,8 +87,9 @@ def run_once(args: list[str], mode: str, tmp: str) -> dict:
     extra["time_s"], extra["post_s"], extra["target_rss_mb"] = float(fields[1]), float(fields[3]), peak / 2**20
     if mon is not None:
         mon.wait(timeout=120)
-        if mode == "rlscope-top":
+        if mode in RLSCOPE_ARGS:
             s = json.load(open(summary))
+            extra["sampler_cpu_pct"] = (s.get("sampler") or {}).get("cpu_pct_of_one_core")
             extra["detach_s"] = s["overhead"]["detach_s"]
             extra["budget"] = s["budget"]["modes"]
             extra["estimated_pct"] = s["overhead"]["estimated_pct"]

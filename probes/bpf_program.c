@@ -35,8 +35,35 @@ struct tstate {
     u8 run;
     u8 pyflag;                // the thread entered a Python binding
     u8 exited;
-    u8 pad[5];
+    u8 opflag;                // the thread ran inside an operation
+    u32 tid;
+    u32 aop;                  // innermost annotated operation (0 none)
+    u32 ann_seq;              // last annotation log entry applied
+    u64 ann_slot;             // user address of the thread's annotation slot (0 unknown, 1 none)
+    u64 ann_chk;              // when the slot was last looked for
     struct fwsplit fw;        // Backend split per framework (fw_prelude.c)
+};
+
+// Per operation, summed over threads: the same counters as a thread has.
+struct opcnt {
+    u64 ns[NCAT * 2];
+    u64 trans[NCAT * NCAT];
+    u64 calls[NCAT];
+    u64 oh[NCAT];
+};
+
+// Layout of the annotation region (rlscope_top/annotate.py, docs/annotations.md).
+#define ANN_HDR 4096
+#define ANN_NSLOTS 64
+#define ANN_SLOT 1024
+#define ANN_NENT 60
+#define ANN_PROBE 8
+#define ANN_RETRY_NS 50000000ULL
+#define ANN_BATCH 24
+struct annent {
+    u64 t;
+    u32 op;
+    u32 seq;
 };
 
 struct event {
@@ -72,6 +99,44 @@ BPF_ARRAY(modes, u32, NCAT);
 // kernel's accounting against the reference engine in user space).
 BPF_ARRAY(timeline, u32, 1);
 
+// Operations. opcfg[0]: bit 0 annotations may exist, bit 1 the stack sampler sets
+// `sop`. annbase: a target's annotation region address. sop: a thread's sampled
+// operation (annotations win over it).
+BPF_ARRAY(opcfg, u32, 1);
+BPF_HASH(annbase, u32, u64, 256);
+BPF_HASH(sop, u32, u32, 32768);
+BPF_HASH(opstat, u32, struct opcnt, 4096);
+BPF_PERCPU_ARRAY(blankop, struct opcnt, 1);
+
+static __always_inline u32 op_cfg(void) {
+    int zero = 0;
+    u32 *c = opcfg.lookup(&zero);
+    return c ? *c : 0;
+}
+
+// The operation a thread's time goes to now.
+static __always_inline u32 cur_op(struct tstate *s) {
+    if (s->aop)
+        return s->aop;
+    if (!(op_cfg() & 2))
+        return 0;
+    u32 tid = s->tid;
+    u32 *o = sop.lookup(&tid);
+    return o ? *o : 0;
+}
+
+static __always_inline struct opcnt *op_counters(u32 op) {
+    struct opcnt *c = opstat.lookup(&op);
+    if (c)
+        return c;
+    int zero = 0;
+    struct opcnt *b = blankop.lookup(&zero);
+    if (!b)
+        return 0;
+    opstat.insert(&op, b);
+    return opstat.lookup(&op);
+}
+
 static __always_inline void tl_emit(u32 tid, u32 tgid, u64 ts, u32 kind, u32 cat) {
     int zero = 0;
     u32 *on = timeline.lookup(&zero);
@@ -102,10 +167,72 @@ static __always_inline void advance(struct tstate *s, u64 now, u8 hint) {
     u8 r = s->run == RUN_UNKNOWN ? hint : s->run;
     int c = cur_cat(s) & 3;
     if (now > s->last_ts) {
-        s->ns[c * 2 + (r == RUN_ON ? 0 : 1)] += now - s->last_ts;
+        int k = (c * 2 + (r == RUN_ON ? 0 : 1)) & 7;
+        s->ns[k] += now - s->last_ts;
         fw_time(&s->fw, c, now - s->last_ts, r != RUN_ON);
+        u32 op = cur_op(s);
+        if (op) {
+            struct opcnt *oc = op_counters(op);
+            if (oc)
+                __sync_fetch_and_add(&oc->ns[k], now - s->last_ts);
+            s->opflag = 1;
+        }
     }
     s->last_ts = now;
+}
+
+// Find this thread's slot in its process's annotation region (user memory, so only
+// from the thread's own context). Returns 0 when it has none (yet).
+static __always_inline u64 ann_find(struct tstate *s, u64 now) {
+    if (s->ann_slot > 1)
+        return s->ann_slot;
+    if (s->ann_slot == 1 && now - s->ann_chk < ANN_RETRY_NS)
+        return 0;
+    s->ann_chk = now;
+    s->ann_slot = 1;
+    u32 tgid = s->tgid;
+    u64 *base = annbase.lookup(&tgid);
+    if (!base)
+        return 0;
+    #pragma clang loop unroll(disable)
+    for (int k = 0; k < ANN_PROBE; k++) {
+        u64 addr = *base + ANN_HDR + ((s->tid + k) % ANN_NSLOTS) * ANN_SLOT;
+        u32 owner = 0;
+        if (bpf_probe_read_user(&owner, sizeof(owner), (void *)addr) == 0 && owner == s->tid) {
+            s->ann_slot = addr;
+            s->ann_seq = 0;
+            return addr;
+        }
+    }
+    return 0;
+}
+
+// Apply the thread's new annotation entries: time up to each entry's instant goes
+// to the operation that was current before it.
+static __always_inline void ann_sync(struct tstate *s, u64 now) {
+    if (!(op_cfg() & 1))
+        return;
+    u64 slot = ann_find(s, now);
+    if (!slot)
+        return;
+    #pragma clang loop unroll(disable)
+    for (int i = 0; i < ANN_BATCH; i++) {
+        u32 want = s->ann_seq + 1;
+        struct annent e = {};
+        if (bpf_probe_read_user(&e, sizeof(e), (void *)(slot + 16 + (want % ANN_NENT) * 16)) != 0)
+            return;
+        if (e.seq != want) {
+            // older entry: nothing new. Newer: the writer lapped us; skip what was lost.
+            if (e.seq < want || e.seq - want >= 0x80000000)
+                return;
+            s->ann_seq = e.seq - 1;
+            continue;
+        }
+        if (e.t > s->last_ts && e.t <= now)
+            advance(s, e.t, RUN_ON);
+        s->aop = e.op;
+        s->ann_seq = want;
+    }
 }
 
 static __always_inline struct tstate *self_state(u64 now) {
@@ -125,6 +252,7 @@ static __always_inline struct tstate *self_state(u64 now) {
     if (!s)
         return 0;
     s->tgid = tgid;
+    s->tid = tid;
     s->last_ts = now;
     s->run = RUN_ON;
     return s;
@@ -141,6 +269,14 @@ static __always_inline void charge(struct tstate *s, int before_cat, u32 before,
     s->oh[cur_cat(s) & 3] += after;
     fw_oh(&s->fw, before_cat, before);
     fw_oh(&s->fw, cur_cat(s), after);
+    u32 op = cur_op(s);
+    if (op) {
+        struct opcnt *oc = op_counters(op);
+        if (oc) {
+            __sync_fetch_and_add(&oc->oh[before_cat & 3], before);
+            __sync_fetch_and_add(&oc->oh[cur_cat(s) & 3], after);
+        }
+    }
 }
 
 static __always_inline int on_enter(int id, int cat) {
@@ -149,6 +285,7 @@ static __always_inline int on_enter(int id, int cat) {
     if (!s)
         return 0;
     hit(id);
+    ann_sync(s, now);
     advance(s, now, RUN_ON);
     s->run = RUN_ON;
     int key = cat;
@@ -157,9 +294,15 @@ static __always_inline int on_enter(int id, int cat) {
     if (count_only)
         s->depth[cat & 3] = 0;   // no exit probe will come: never hold a depth
     int from = cur_cat(s) & 3;
+    u32 op = cur_op(s);
+    struct opcnt *oc = op ? op_counters(op) : 0;
     if (s->depth[cat & 3] == 0) {
         s->trans[from * NCAT + (cat & 3)]++;
         s->calls[cat & 3]++;
+        if (oc) {
+            __sync_fetch_and_add(&oc->trans[(from * NCAT + (cat & 3)) & 15], 1);
+            __sync_fetch_and_add(&oc->calls[cat & 3], 1);
+        }
     }
     fw_enter(&s->fw, id, cat, from, s->depth[cat & 3] == 0, count_only);
     if (s->depth[cat & 3] < 1000000 && !count_only)
@@ -182,6 +325,7 @@ static __always_inline int on_exit(int id, int cat, int count) {
         return 0;
     if (count)
         hit(id);
+    ann_sync(s, now);
     advance(s, now, RUN_ON);
     s->run = RUN_ON;
     int from = cur_cat(s) & 3;
@@ -245,6 +389,7 @@ TRACEPOINT_PROBE(sched, sched_switch) {
         if (s->tgid != tgid) {
             threads.delete(&prev);  // a forked child process, not one of our threads
         } else {
+            ann_sync(s, now);
             advance(s, now, RUN_ON);
             s->run = RUN_OFF;
             tl_emit(prev, tgid, now, EV_OFF, 0);
@@ -273,6 +418,7 @@ TRACEPOINT_PROBE(sched, sched_process_fork) {
     struct tstate *s = threads.lookup(&child);
     if (s) {
         s->tgid = tgid;
+        s->tid = child;
         s->last_ts = bpf_ktime_get_ns();
         s->run = RUN_OFF;
         tl_emit(child, tgid, s->last_ts, EV_NEW, 0);

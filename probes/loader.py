@@ -69,7 +69,20 @@ class ThreadCounters:
     last_ts: int
     pyflag: bool
     exited: bool
+    aop: int = 0              # innermost annotated operation now (0 none)
+    opflag: bool = False      # ran inside an operation
     fw: dict | None = None    # Backend split per framework slot: ns [[on, off]], calls, trans, oh
+
+
+@dataclasses.dataclass
+class OpCounters:
+    """Cumulative in-kernel counters of one operation, summed over threads."""
+
+    op: int
+    ns: list[list[int]]
+    trans: list[list[int]]
+    calls: list[int]
+    oh: list[int]
 
 
 def program_text(specs: list[ProbeSpec]) -> str:
@@ -158,6 +171,7 @@ class ProbeSet:
         for tid in self.tids0:
             leaf = threads.Leaf()
             leaf.tgid = self.pid
+            leaf.tid = tid
             leaf.last_ts = self.t0_ns
             leaf.run = 2
             threads[ct.c_uint(tid)] = leaf
@@ -346,8 +360,31 @@ class ProbeSet:
                 oh=[s.oh[c] for c in range(4)],
                 depth=[s.depth[c] for c in range(4)],
                 run=s.run, last_ts=s.last_ts, pyflag=bool(s.pyflag), exited=bool(s.exited),
-                fw=_fw_counters(s.fw)))
+                aop=s.aop, opflag=bool(s.opflag), fw=_fw_counters(s.fw)))
         return out
+
+    # -- operations ----------------------------------------------------------
+    def ops(self) -> list[OpCounters]:
+        """Cumulative counters per operation id."""
+        return [OpCounters(op=k.value, ns=[[c.ns[2 * i], c.ns[2 * i + 1]] for i in range(4)],
+                           trans=[[c.trans[4 * a + b] for b in range(4)] for a in range(4)],
+                           calls=list(c.calls), oh=list(c.oh))
+                for k, c in self.bpf["opstat"].items()]
+
+    def set_op_source(self, bit: int, on: bool = True) -> None:
+        """Turn an operation source on in the kernel: 1 annotations, 2 the stack sampler."""
+        cfg = self.bpf["opcfg"]
+        cur = cfg[ct.c_int(0)].value
+        cfg[ct.c_int(0)] = ct.c_uint(cur | bit if on else cur & ~bit)
+
+    def set_annotation_region(self, address: int) -> None:
+        """Tell the kernel where the target's annotation region is mapped."""
+        self.bpf["annbase"][ct.c_uint(self.pid)] = ct.c_ulonglong(address)
+        self.set_op_source(1)
+
+    def set_sampled_op(self, tid: int, op: int) -> None:
+        """The operation the stack sampler last saw on a thread (0 none)."""
+        self.bpf["sop"][ct.c_uint(tid)] = ct.c_uint(op)
 
     def forget(self, tid: int) -> None:
         """Drop the kernel state of an exited thread once it has been read."""

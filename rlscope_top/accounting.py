@@ -46,6 +46,8 @@ class Accounting:
         self.modes: dict[str, str] = {}          # category -> timed | count | off (budget)
         self._segs: dict[str, list[tuple[str, int, dict]]] = {}   # category -> (mode, start, threads then)
         self.engine: Engine | None = None        # only with --timeline
+        self.ops: dict[int, dict] = {}           # op id -> latest cumulative operation record
+        self.sampler: dict | None = None         # the stack sampler's latest state, when one runs
 
     def feed(self, records: list[dict]) -> None:
         """Apply records in ring order."""
@@ -59,6 +61,10 @@ class Accounting:
                 self.live_overhead_pct = r.get("oh_pct", 0.0)
                 for th in r["threads"]:
                     self.threads[th["tid"]] = th
+                for o in r.get("ops", ()):
+                    self.ops[o["id"]] = o
+                if "sampler" in r:
+                    self.sampler = r["sampler"]
             elif t == R.INTERVALS:
                 for tid, kind, name, t0, t1 in r["items"]:
                     if kind == "range":

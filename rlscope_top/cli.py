@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from . import __version__
+from . import __version__, op_rules
 from .errors import EXIT_INTERNAL, RlscopeError
 from .probes import catalog
 from .session import Options
@@ -15,6 +15,7 @@ EPILOG = """examples:
   rlscope-top 12345                      watch PID 12345 on the live screen (q quits)
   rlscope-top attach 12345 --duration 30 --summary run.json
   rlscope-top attach 12345 --sim-lib libmysim.so:sim_step,sim_reset
+  rlscope-top 12345 --op rollout='*/train.py:collect' --op env:simulation=step_env
   rlscope-top demo --headless --duration 10
   rlscope-top doctor [PID]
   rlscope-top compare torch.json jax.json --steps-a 20000 --steps-b 20000
@@ -41,6 +42,16 @@ def _positive(text: str) -> float:
     return v
 
 
+def _non_negative(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if v < 0 or v > 2000:
+        raise argparse.ArgumentTypeError(f"{text!r} must be between 0 and 2000")
+    return v
+
+
 def _pid(text: str) -> int:
     if not text.isdigit():
         raise argparse.ArgumentTypeError(f"{text!r} is not a PID (a positive whole number)")
@@ -62,6 +73,11 @@ def _session_args(p: argparse.ArgumentParser) -> None:
                         "fall back to counting, then to estimates")
     p.add_argument("--timeline", action="store_true",
                    help="also stream every probe event to the ring (costly: for short captures and checks)")
+    p.add_argument("--op", action="append", default=[], metavar="NAME=PATTERN",
+                   help="operation rule for the stack sampler (repeatable): PATTERN globs a frame "
+                        "'/path/file.py:function', or a function name; NAME:simulation counts it as simulation")
+    p.add_argument("--sample-hz", type=_non_negative, default=100.0, metavar="HZ",
+                   help="stack samples per second for zero-change operations (default 100; 0 turns it off)")
     p.add_argument("--max-probes", type=int, default=catalog.MAX_PROBES, help=argparse.SUPPRESS)
     p.add_argument("--ebpf", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("-q", "--quiet", action="store_true", help="only warnings on stderr")
@@ -115,7 +131,8 @@ def _count(text: str) -> int:
 def _options(ns: argparse.Namespace, pid: int) -> Options:
     return Options(pid=pid, duration_s=ns.duration, interval_s=ns.interval, summary_path=ns.summary,
                    ring_path=ns.ring, keep_ring=ns.keep_ring or bool(ns.ring), sim_libs=ns.sim_lib,
-                   max_probes=ns.max_probes, max_overhead_pct=ns.max_overhead, timeline=ns.timeline, quiet=ns.quiet)
+                   max_probes=ns.max_probes, max_overhead_pct=ns.max_overhead, timeline=ns.timeline, quiet=ns.quiet,
+                   op_rules=[op_rules.parse(r) for r in ns.op], sample_hz=ns.sample_hz)
 
 
 def _dispatch(ns: argparse.Namespace) -> int:

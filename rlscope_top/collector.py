@@ -13,10 +13,12 @@ from typing import Callable
 
 from . import records as R
 from .errors import AttachError, BccMissing, BpfCompileError
-from .probes import catalog
+from . import op_rules as rules
+from .probes import ann_region, catalog
 from .probes import frameworks as FW
+from .probes.stack_sampler import StackSampler
 from .probes import loader as L
-from .probes.loader import BccUnavailable, ProbeSet, ThreadCounters
+from .probes.loader import BccUnavailable, OpCounters, ProbeSet, ThreadCounters
 from .budget import Budget
 from .ring import RingWriter
 from .target import command_line, thread_name, thread_running
@@ -33,7 +35,8 @@ class Collector:
 
     def __init__(self, pid: int, ring: RingWriter, specs: list[catalog.ProbeSpec] | None = None,
                  notify: Callable[[str, str], None] | None = None, interval_s: float = 1.0,
-                 max_probes: int = catalog.MAX_PROBES, max_overhead_pct: float = 5.0, timeline: bool = False):
+                 max_probes: int = catalog.MAX_PROBES, max_overhead_pct: float = 5.0, timeline: bool = False,
+                 op_rules: list | None = None, sample_hz: float = 0.0):
         self.pid, self.ring, self.interval_s = pid, ring, interval_s
         self.specs = specs if specs is not None else catalog.builtin()
         self._notify = notify or (lambda level, msg: None)
@@ -46,6 +49,11 @@ class Collector:
         self.t0_ns = 0
         self.budget = Budget(max_overhead_pct)
         self._samples: dict[int, dict] = {}      # category -> {next, until, period}
+        self.region: ann_region.Region | None = None   # the target's annotations, once found
+        self.sampler = None                      # probes.stack_sampler.StackSampler, when on
+        self.op_names: dict[int, tuple[str, str, str]] = {}   # op id -> (name, kind, source)
+        self.op_rules = list(op_rules or []) + rules.BUILTIN
+        self.sample_hz = sample_hz
 
     def _note(self, level: str, msg: str) -> None:
         self._notify(level, msg)
@@ -70,6 +78,8 @@ class Collector:
             raise AttachError(f"cannot attach probes to PID {self.pid}: {_last_line(e)}", pid=self.pid,
                               hint="check `rlscope-top doctor`; tracefs must be mounted and you must be root") from None
         self._last_scan = self._last_meta = time.monotonic()
+        self._find_annotations()
+        self._start_sampler()
         self.ring.write(self._meta())
         missing = [g for g in ("torch", "cudart", "mujoco") if g not in self.probes.groups]
         if not self.probes.groups:
@@ -85,6 +95,7 @@ class Collector:
         now = time.monotonic()
         if now - self._last_scan >= SCAN_PERIOD_S:
             self._last_scan = now
+            self._find_annotations()
             if self.probes.scan():
                 self.ring.write(self._meta())
                 self._last_meta = now
@@ -147,15 +158,59 @@ class Collector:
     def stop_counting(self, reason: str) -> None:
         """Freeze the counters and write the final records (probes stay attached)."""
         frozen = self.probes.freeze()
+        if self.sampler is not None:
+            self.sampler.stop()
+        if self.region is not None:
+            self.region.detach()
         self._drain_events()
         self.ring.write(self._counters(frozen))
         self.ring.write(R.end(frozen, reason))
 
+    # -- operations ----------------------------------------------------------
+    def _find_annotations(self) -> None:
+        """Pick up the target's annotation region (it appears at its first annotation)."""
+        if self.region is not None:
+            self._refresh_names()
+            return
+        self.region = ann_region.open_region(self.pid)
+        if self.region is None:
+            return
+        self.probes.set_annotation_region(self.region.address)
+        self.region.attach()
+        self._refresh_names()
+        self._note("info", f"PID {self.pid} is annotated (rlscope_top.operation): "
+                           "its annotations scope time from now on and win over sampled rules")
+
+    def _start_sampler(self) -> None:
+        """Sample Python stacks for rule-based operations (the zero-change path)."""
+        if not self.sample_hz:
+            return
+        smp = StackSampler(self.pid, self.op_rules, self.sample_hz, self.probes.set_sampled_op, self._note)
+        if not smp.start():
+            self._note("warn", f"operations unavailable: {smp.error}; the category breakdown is unaffected")
+            return
+        self.sampler = smp
+        for name, i in smp.ids.items():
+            self.op_names[i] = (name, smp.matcher.kinds.get(name, ""), "sampled")
+        self.probes.set_op_source(2)
+
+    def _refresh_names(self) -> None:
+        for i, (name, kind) in self.region.names().items():
+            self.op_names.setdefault(i, (name, kind, "annotated"))
+
     def detach(self) -> float:
         """Remove every probe. Returns the seconds it took."""
         t = time.monotonic()
-        self.probes.stop()
+        self.close()
         return time.monotonic() - t
+
+    def close(self) -> None:
+        """Stop the sampler, release the annotation region, remove the probes (idempotent)."""
+        if self.sampler is not None:
+            self.sampler.stop()
+        if self.region is not None:
+            self.region.detach()
+        self.probes.stop()
 
     # -- records -----------------------------------------------------------
     def _meta(self) -> dict:
@@ -175,15 +230,37 @@ class Collector:
 
     def _counters(self, now: int | None = None) -> dict:
         now = now or time.monotonic_ns()
+        ops = {o.op: o for o in self.probes.ops()} if self.op_names or self.sampler else {}
         for tc in self.probes.threads():
             if tc.tgid != self.pid:
                 continue
-            self._threads[tc.tid] = self._thread_record(tc, now)
+            self._threads[tc.tid] = self._thread_record(tc, now, ops)
             if tc.exited:
                 self.probes.forget(tc.tid)
-        return R.counters(now, list(self._threads.values()), self.probes.hits(), self.budget.last_pct)
+        rec = R.counters(now, list(self._threads.values()), self.probes.hits(), self.budget.last_pct,
+                         ops=self._op_records(ops))
+        if self.sampler is not None:
+            smp = self.sampler
+            rec["sampler"] = {"hz": smp.hz, "samples": smp.total, "invalid": smp.invalid, "cpu_s": smp.cpu_s(),
+                              "error": smp.error}
+        return rec
 
-    def _thread_record(self, tc: ThreadCounters, now: int) -> dict:
+    def _op_records(self, ops: dict[int, OpCounters]) -> list[dict]:
+        if ops and any(i not in self.op_names for i in ops) and self.region is not None:
+            self._refresh_names()
+        smp = self.sampler
+        samples = smp.samples() if smp is not None else {}
+        out = []
+        for i, o in sorted(ops.items()):
+            name, kind, src = self.op_names.get(i, (f"op#{i}", "", "annotated"))
+            sampled = src == "sampled"
+            out.append(R.operation(id=i, name=name, kind=kind, source=src, ns=o.ns, trans=o.trans,
+                                   calls=o.calls, oh=o.oh, samples=samples.get(i, 0) if sampled else None,
+                                   samples_incl=smp.inclusive.get(name, 0) if sampled else None,
+                                   samples_total=smp.total if sampled else None))
+        return out
+
+    def _thread_record(self, tc: ThreadCounters, now: int, ops: dict[int, OpCounters]) -> dict:
         ns = [list(x) for x in tc.ns]
         if not tc.exited and now > tc.last_ts:   # time since the thread's last event
             c = _innermost(tc.depth)
@@ -191,10 +268,13 @@ class Collector:
             ns[c][0 if on else 1] += now - tc.last_ts
             if c == catalog.CAT_BACKEND and tc.fw:     # the same time, to the open call's framework
                 tc.fw["ns"][tc.fw["cur"] % len(FW.SLOTS)][0 if on else 1] += now - tc.last_ts
+            op = tc.aop or (self.sampler.current(tc.tid) if self.sampler is not None else 0)
+            if op in ops:
+                ops[op].ns[c][0 if on else 1] += now - tc.last_ts
         if tc.tid not in self._names:
             self._names[tc.tid] = thread_name(self.pid, tc.tid)
         return R.thread(tid=tc.tid, name=self._names[tc.tid],
-                        python=tc.pyflag or tc.tid == self.pid, exited=tc.exited,
+                        python=tc.pyflag or tc.opflag or tc.tid == self.pid, exited=tc.exited,
                         ns=ns, trans=tc.trans, calls=tc.calls, oh=tc.oh,
                         fw={k: v for k, v in (tc.fw or {}).items() if k != "cur"} or None)
 

@@ -39,10 +39,32 @@ def thread(*, tid: int, name: str, python: bool, exited: bool, ns: list, trans: 
     return rec
 
 
-def counters(ts: int, threads: list[dict], hits: list[int], overhead_pct: float = 0.0) -> dict:
+def counters(ts: int, threads: list[dict], hits: list[int], overhead_pct: float = 0.0,
+             ops: list[dict] | None = None) -> dict:
     """All threads' cumulative counters, per-probe hit counts, and the live overhead
-    estimate (% of one thread's time over the budget's last window) at ``ts``."""
-    return {"t": COUNTERS, "ts": ts, "threads": threads, "hits": hits, "oh_pct": overhead_pct}
+    estimate (% of one thread's time over the budget's last window) at ``ts``;
+    ``ops``: cumulative counters per operation (absent when the target has none)."""
+    r = {"t": COUNTERS, "ts": ts, "threads": threads, "hits": hits, "oh_pct": overhead_pct}
+    if ops:
+        r["ops"] = ops
+    return r
+
+
+def operation(*, id: int, name: str, kind: str, source: str, ns: list, trans: list, calls: list,
+              oh: list, samples: int | None = None, samples_incl: int | None = None,
+              samples_total: int | None = None) -> dict:
+    """Cumulative counters of one operation, summed over threads (same layout as a thread's).
+
+    ``kind`` is "simulation" or ""; ``source`` is "annotated" (exact boundaries) or
+    "sampled" (boundaries seen by the stack sampler). Sampled only: ``samples`` counts
+    the stack samples with it innermost, ``samples_incl`` those with it anywhere on
+    the stack, ``samples_total`` all samples so far.
+    """
+    r = {"id": id, "name": name, "kind": kind, "src": source, "ns": ns, "trans": trans,
+         "calls": calls, "oh": oh}
+    if samples is not None:
+        r.update(samples=samples, samples_incl=samples_incl, samples_total=samples_total)
+    return r
 
 
 def interval(tid: int, kind: str, name: str, t0: int, t1: int) -> list:

@@ -37,6 +37,8 @@ class Options:
     max_overhead_pct: float = 5.0
     timeline: bool = False
     quiet: bool = False
+    op_rules: list = dataclasses.field(default_factory=list)   # user --op rules (op_rules.Rule)
+    sample_hz: float = 100.0                                   # 0: no stack sampler
 
 
 def specs_for(opts: Options) -> list[catalog.ProbeSpec]:
@@ -137,7 +139,7 @@ def _session(opts: Options, stop_reason: Callable[[], str | None], on_tick, read
     ring = RingWriter(opts.ring_path or default_path(opts.pid))
     collector = Collector(opts.pid, ring, specs_for(opts), notify=notify, interval_s=opts.interval_s,
                           max_probes=opts.max_probes, max_overhead_pct=opts.max_overhead_pct,
-                          timeline=opts.timeline)
+                          timeline=opts.timeline, op_rules=opts.op_rules, sample_hz=opts.sample_hz)
     try:
         collector.start()
         groups = ", ".join(collector.probes.groups) or "no known libraries yet"
@@ -161,7 +163,7 @@ def _session(opts: Options, stop_reason: Callable[[], str | None], on_tick, read
         summary["_path"] = path
         return summary
     finally:
-        collector.probes.stop()
+        collector.close()
         ring.close(remove=not opts.keep_ring)
 
 

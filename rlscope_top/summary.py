@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from . import frameworks as FW
+from . import operations as O
 from .accounting import CATEGORIES, TRANSITIONS, Accounting
 
 SCHEMA = "rlscope-top.summary/1"
@@ -20,11 +21,25 @@ def _s(ns: int) -> float:
     return round(ns / 1e9, 6)
 
 
-def _figures(acct: Accounting, threads: list[dict], wall_s: float) -> dict:
-    """Totals, calls and transitions for a set of threads, NA where nothing probed it."""
+def _figures(acct: Accounting, threads: list[dict], wall_s: float, ops: bool = False) -> dict:
+    """Totals, calls and transitions for a set of threads, NA where nothing probed it.
+
+    With ``ops``, also the per-operation rows, and Python time inside simulation
+    operations moves to the simulator in the totals (operations.py has the rules).
+    """
     b = acct.breakdown(threads)
     have = acct.attached_categories()
     split = acct.corrected(b)
+    rows = []
+    if ops:
+        m = acct.breakdown([th for th in acct.threads.values() if th["py"]])   # before the estimates
+        rows = O.raw_rows(acct, {**m, "split": acct.corrected(m)}, {**b, "split": split})
+    sim_py = O.simulation_python_ns(rows)
+    if any(sim_py):
+        have = have | {"simulator"}
+        for k in (0, 1):
+            split["python"][k] -= sim_py[k]
+            split["simulator"][k] += sim_py[k]
     totals = _totals(split, have, wall_s)
     raw = _totals(b["split"], have, wall_s)
     calls = {c: (b["calls"][i] if c in have else NA) for i, c in enumerate(CATEGORIES) if c != "python"}
@@ -33,9 +48,15 @@ def _figures(acct: Accounting, threads: list[dict], wall_s: float) -> dict:
         trans[name] = b["trans"][a][z] if CATEGORIES[z] in have else NA
     on_off = {c: {"on_cpu_s": _s(split[c][0]), "off_cpu_s": _s(split[c][1])}
               for c in CATEGORIES if c in have}
-    return {"totals": totals, "raw": {k: v for k, v in raw.items() if k not in ("wall_s", "gpu_s")},
-            "split": on_off, "calls": calls, "transitions": trans,
-            "correction_s": {c: _s(b["oh"][c]) for c in CATEGORIES if c in have}}
+    out = {"totals": totals, "raw": {k: v for k, v in raw.items() if k not in ("wall_s", "gpu_s")},
+           "split": on_off, "calls": calls, "transitions": trans,
+           "correction_s": {c: _s(b["oh"][c]) for c in CATEGORIES if c in have}}
+    if any(sim_py):
+        out["simulation_split"] = {"python_s": _s(sum(sim_py)), "native_s": _s(sum(split["simulator"]) - sum(sim_py))}
+    if ops:
+        cat_total = sum(sum(v) for v in split.values())
+        out["operations"] = {r["name"]: O.figures(r, have, cat_total) for r in rows}
+    return out
 
 
 def _totals(split: dict, have: set, wall_s: float) -> dict:
@@ -79,8 +100,9 @@ def build(acct: Accounting, *, ring_path: str = "", dropped: int = 0, detach_s: 
     meta = acct.meta
     wall_s = acct.duration_s
     all_threads = acct.all_threads()          # the budget's estimates, computed once
-    main = _figures(acct, [th for th in all_threads if th["py"]], wall_s)
+    main = _figures(acct, [th for th in all_threads if th["py"]], wall_s, ops=True)
     correction = main.pop("correction_s")
+    per_op = main.pop("operations")
     threads = []
     for th in sorted(all_threads, key=lambda t: t["tid"]):
         f = _figures(acct, [th], wall_s)["totals"]
@@ -99,7 +121,8 @@ def build(acct: Accounting, *, ring_path: str = "", dropped: int = 0, detach_s: 
         "window": {"t0_monotonic_ns": meta.get("t0"), "t1_monotonic_ns": acct.last_ts or None},
         **main,
         "shares": _shares(main["totals"]),
-        "operations": {"<all>": {**main["totals"], "calls": main["calls"], "transitions": main["transitions"]}},
+        "operations": {"<all>": {**main["totals"], "calls": main["calls"], "transitions": main["transitions"]},
+                       **per_op},
         "frameworks": FW.summarize(acct, [th for th in all_threads if th["py"]], main["totals"], main["calls"]),
         "threads": threads,
         "ranges": {n: {"count": r.count, "total_s": _s(r.total_ns)} for n, r in sorted(acct.ranges.items())},
@@ -116,11 +139,23 @@ def build(acct: Accounting, *, ring_path: str = "", dropped: int = 0, detach_s: 
         "budget": {"max_overhead_pct": meta.get("max_overhead_pct"),
                    "modes": {c: m for c, m in acct.modes.items() if m != "timed" or acct.samples(c)},
                    "samples": {c: acct.samples(c) for c in acct.modes}},
+        "sampler": _sampler(acct, wall_s),
         "timeline": _timeline(acct),
         "ring": {"path": ring_path, "dropped": dropped},
         "sources": _sources(acct),
         "notes": [n["msg"] for n in acct.notes],
     }
+
+
+def _sampler(acct: Accounting, wall_s: float) -> dict | None:
+    """The stack sampler (zero-change operations): rate, samples, and its own CPU cost."""
+    smp = acct.sampler
+    if smp is None:
+        return NA
+    cpu = smp.get("cpu_s")
+    return {"tool": "austin", "hz": smp["hz"], "samples": smp["samples"], "invalid": smp["invalid"],
+            "cpu_s": cpu, "cpu_pct_of_one_core": round(100 * cpu / wall_s, 3) if cpu is not None and wall_s else NA,
+            "error": smp.get("error")}
 
 
 def _timeline(acct: Accounting) -> dict | None:
@@ -183,7 +218,34 @@ def render(summary: dict, console: Console | None = None) -> None:
     fw_line = FW.render_line(summary)
     if fw_line:
         console.print(fw_line, soft_wrap=True)
+    _render_operations(summary, console)
     if summary["ranges"]:
         top = sorted(summary["ranges"].items(), key=lambda kv: -kv[1]["total_s"])[:5]
         console.print("ranges  " + "  ".join(f"{n} x{r['count']} {r['total_s']:.3f}s" for n, r in top),
                       soft_wrap=True)
+
+
+def _render_operations(summary: dict, console: Console) -> None:
+    ops = {n: o for n, o in summary["operations"].items() if n != "<all>"}
+    if not ops:
+        return
+    table = Table(title="operations (src: a annotated, s sampled)", title_justify="left", show_edge=False,
+                  pad_edge=False)
+    table.add_column("operation", no_wrap=True, max_width=24)
+    for col in ("src", "time", "share", "Py", "Be", "Sim", "CUDA", "py->be", "/s"):
+        table.add_column(col, justify="left" if col == "src" else "right", no_wrap=True)
+    for name, o in sorted(ops.items(), key=lambda kv: -kv[1]["wall_s"]):
+        sh = o["shares"]
+        table.add_row(name, {"annotated": "a", "sampled": "s"}.get(o["source"], ""), f"{o['wall_s']:.2f}s",
+                      _pct(o["share"]), *(_pct(sh.get(c)) for c in CATEGORIES),
+                      _fmt(o["transitions"].get("python->backend")),
+                      _rate(o["transitions_per_s"].get("python->backend")))
+    console.print(table)
+
+
+def _pct(v) -> str:
+    return "n/a" if v is None else f"{100 * v:.0f}%"
+
+
+def _rate(v) -> str:
+    return "n/a" if v is None else f"{v:,.0f}"

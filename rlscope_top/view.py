@@ -65,14 +65,39 @@ class ViewModel:
             "categories": [{"name": c, "label": LABELS[c], "seconds": tot[c], "share": shares[c],
                             "source": s["sources"].get(f"{c}_s", "unavailable"), "history": list(self.history[c])}
                            for c in CATEGORIES],
-            "operations": [{"name": "<all>", "wall_share": 1.0 if cat_sum else 0.0, "shares": shares,
-                            "transitions_per_s": rates["trans"], "calls_per_s": rates["calls"],
-                            "transitions": tot["transitions"], "calls": tot["calls"]}],
+            "operations": [{"name": "<all>", "source": "", "wall_share": 1.0 if cat_sum else 0.0,
+                            "shares": shares, "transitions_per_s": rates["trans"], "calls_per_s": rates["calls"],
+                            "transitions": tot["transitions"], "calls": tot["calls"]}] + self._ops(s),
             "threads": s["threads"],
             "gpu": {"available": s["totals"]["gpu_s"] is not None},
             "warnings": [n["msg"] for n in self.acct.notes if n["level"] in ("warn", "error")],
             "notes": [n["msg"] for n in self.acct.notes],
         }
+
+    def _ops(self, s: dict) -> list[dict]:
+        """One row per operation (since the last reset); rates are per second of the operation."""
+        base = (self._base or {}).get("operations", {})
+        rows = [self._op_row(name, op, base.get(name)) for name, op in s["operations"].items() if name != "<all>"]
+        total = sum(r["_wall"] for r in rows)
+        for r in rows:
+            r["wall_share"] = r.pop("_wall") / total if total else 0.0
+        return rows
+
+    @staticmethod
+    def _op_row(name: str, op: dict, base: dict | None) -> dict:
+        def since(key):
+            return (op.get(key) or 0.0) - ((base or {}).get(key) or 0.0)
+
+        def total(key):
+            return sum(v or 0 for v in op[key].values()) - sum(v or 0 for v in ((base or {}).get(key) or {}).values())
+
+        wall = since("wall_s")
+        secs = {c: since(f"{c}_s") for c in CATEGORIES}
+        trans, calls = total("transitions"), total("calls")
+        return {"name": name, "source": {"remainder": ""}.get(op["source"], op["source"]), "_wall": wall,
+                "shares": {c: (v / wall if wall else 0.0) for c, v in secs.items()},
+                "transitions_per_s": trans / wall if wall else 0.0, "calls_per_s": calls / wall if wall else 0.0,
+                "transitions": trans, "calls": calls}
 
     def _since_reset(self, s: dict) -> dict:
         b = self._base

@@ -45,3 +45,23 @@ def stream():
         R.note(3000 * MS, "info", "hello"),
         R.end(3000 * MS, "target exited"),
     ]
+
+
+def op_records():
+    """Two operations inside thread 42's counters of stream(): an annotated one and a sampled
+    simulation one (its Python time counts as simulation)."""
+    inference = R.operation(id=1, name="inference", kind="", source="annotated",
+                            ns=[[200 * MS, 0], [300 * MS, 0], [0, 0], [0, 0]], trans=_trans(py_be=700),
+                            calls=[0, 700, 0, 0], oh=[0, 30 * MS, 0, 0])
+    env = R.operation(id=4096, name="env", kind="simulation", source="sampled",
+                      ns=[[100 * MS, 0], [0, 0], [300 * MS, 100 * MS], [0, 0]], trans=_trans(py_sim=23),
+                      calls=[0, 0, 23, 0], oh=[0, 0, 0, 0], samples=50, samples_incl=50, samples_total=156)
+    return [inference, env]
+
+
+def ops_stream():
+    """stream() with operations: totals corrected 1.56 s = inference 0.47 + env 0.50 + <none> 0.59."""
+    out = stream()
+    ctr = out[3]
+    out[3] = R.counters(ctr["ts"], ctr["threads"], ctr["hits"], ops=op_records())
+    return out

@@ -110,6 +110,8 @@ def test_target_without_known_libraries_still_gets_python_time(ebpf, target, tmp
     (["attach", "abc"], "is not a PID"),
     (["attach", "1", "--duration", "-3"], "must be > 0"),
     (["attach", "1", "--sim-lib", "libfoo.so"], "name the entry points"),
+    (["attach", "1", "--op", "noequals"], "bad --op rule"),
+    (["attach", "1", "--sample-hz", "-1"], "between 0 and 2000"),
 ])
 def test_usage_errors_exit_2(args, words):
     p = run_cli(*args)

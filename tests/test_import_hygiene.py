@@ -30,5 +30,12 @@ def test_layer_imports(mods, banned):
     assert _loaded(mods, banned) == ""
 
 
+def test_annotation_api_is_standard_library_only():
+    """`import rlscope_top` is what users leave in production code: nothing heavy behind it."""
+    banned = ["textual", "rich", "msgpack", "psutil", "bcc", "torch", "rlscope_top.summary",
+              "rlscope_top.collector"]
+    assert _loaded(["rlscope_top"], banned) == ""
+
+
 def test_the_check_can_fail():
     assert _loaded(["rlscope_top.probes.loader", "textual"], ["textual"]) == "textual"

@@ -10,7 +10,7 @@ import pytest
 
 from rlscope_top.ring import RingWriter
 from rlscope_top.tui.app import HelpScreen, RlscopeApp, spark, stacked_bar
-from streams import stream
+from streams import ops_stream, stream
 
 FROZEN = lambda: 1000.0  # noqa: E731 - a clock that never moves: no rates, no drift
 
@@ -33,6 +33,17 @@ def running_ring(tmp_path):
     w = RingWriter(path, capacity=1 << 16)
     for r in stream()[:-1]:
         w.write(r)
+    return path
+
+
+@pytest.fixture
+def ops_ring(tmp_path):
+    """The recorded session with an annotated and a sampled operation."""
+    path = str(tmp_path / "ring-ops.bin")
+    w = RingWriter(path, capacity=1 << 16)
+    for r in ops_stream():
+        w.write(r)
+    w.close()
     return path
 
 
@@ -62,7 +73,7 @@ def test_rows_show_the_recorded_breakdown(ring, tmp_path):
     assert cats["Python"][1] == "0.80s" and cats["Python"][2].strip() == "51.3%"   # 0.8 / (0.8 + 0.36 + 0.4)
     assert cats["Backend"][1] == "0.36s" and cats["Simulator"][1] == "0.40s"
     assert cats["CUDA API"][1] == "n/a" and cats["CUDA API"][4] == "unavailable"
-    assert seen["ops"][0][0] == "<all>" and seen["ops"][0][1] == "100%"
+    assert seen["ops"][0][0] == "<all>" and seen["ops"][0][2] == "100%"
     assert [r[0] for r in seen["threads"]] == ["42", "44", "43"]        # on-CPU: 1.16 s, 0.495 s, 0.1 s
     assert "pid 42" in seen["header"] and "python train.py" in seen["header"]
     assert "n/a, no GPU activity" in seen["gpu"]
@@ -188,5 +199,30 @@ def test_snapshot(snap_compare, ring, tmp_path, size):
     assert snap_compare(_app(ring, tmp_path), terminal_size=size)
 
 
+def test_snapshot_operations(snap_compare, ops_ring, tmp_path):
+    assert snap_compare(_app(ops_ring, tmp_path), terminal_size=(120, 36))
+
+
 def test_snapshot_help_and_sorted(snap_compare, ring, tmp_path):
     assert snap_compare(_app(ring, tmp_path), press=["tab", "tab", "o", "question_mark"], terminal_size=(80, 24))
+
+
+def test_operations_table_shows_each_operation_with_its_source(ops_ring, tmp_path):
+    app = _app(ops_ring, tmp_path)
+    seen = {}
+
+    async def go():
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.pause()
+            seen["ops"] = _cells(app, "#ops")
+            app.query_one("#ops").focus()
+            await pilot.press("down", "enter")        # details of the biggest operation
+            await pilot.pause()
+            seen["notes"] = [n.message for n in app._notifications]
+    asyncio.run(go())
+    rows = {r[0]: r for r in seen["ops"]}
+    assert [r[0] for r in seen["ops"]] == ["<all>", "<none>", "env", "inference"]   # by wall time
+    assert rows["env"][1] == "sampled" and rows["inference"][1] == "annotated" and rows["<none>"][1] == ""
+    assert rows["inference"][2] == "30%" and rows["env"][2] == "32%" and rows["<none>"][2] == "38%"
+    assert rows["inference"][4] == f"{700 / 0.47:,.0f}"          # transitions per second of the operation
+    assert any(n.startswith("<none>") for n in seen["notes"]), seen["notes"]

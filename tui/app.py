@@ -79,7 +79,7 @@ class RlscopeApp(App):
     #banner { height: auto; background: $warning 30%; padding: 0 1; display: none; }
     #banner.show { display: block; }
     #gpu { height: 1; padding: 0 1; color: $text-muted; }
-    #ops { height: auto; max-height: 8; }
+    #ops { height: auto; max-height: 10; }
     #cats { height: auto; }
     #threads { height: 1fr; }
     DataTable { scrollbar-size: 1 1; }
@@ -120,7 +120,7 @@ class RlscopeApp(App):
 
     def on_mount(self) -> None:
         self.title = "rlscope-top"
-        self.query_one("#ops", DataTable).add_columns("operation", "wall", "Python/Sim/Backend/CUDA",
+        self.query_one("#ops", DataTable).add_columns("operation", "source", "wall", "Python/Sim/Backend/CUDA",
                                                       "trans/s", "calls/s")
         self.query_one("#cats", DataTable).add_columns("category", "time", "share", "history", "source")
         self.query_one("#threads", DataTable).add_columns("tid", "name", "py", "on-CPU", "off-CPU", "Python",
@@ -174,9 +174,9 @@ class RlscopeApp(App):
     def _ops(self, s: dict) -> None:
         t = self.query_one("#ops", DataTable)
         t.clear()
-        width = max(10, min(40, self.size.width - 50))
+        width = max(10, min(40, self.size.width - 60))
         for op in self._sorted("ops", s["operations"]):
-            t.add_row(op["name"], f"{100 * op['wall_share']:.0f}%", stacked_bar(op["shares"], width),
+            t.add_row(op["name"], op["source"], f"{100 * op['wall_share']:.0f}%", stacked_bar(op["shares"], width),
                       f"{op['transitions_per_s']:,.0f}", f"{op['calls_per_s']:,.0f}", key=op["name"])
 
     def _cats(self, s: dict) -> None:
@@ -200,6 +200,8 @@ class RlscopeApp(App):
         _, key = SORTS[table][self.sort[table]]
         if key is None:
             return rows
+        if table == "ops":          # <all> stays on top
+            return rows[:1] + sorted(rows[1:], key=lambda r: (r.get(key) or 0), reverse=True)
         return sorted(rows, key=lambda r: (r.get(key) or 0), reverse=key != "tid")
 
     # -- keys --------------------------------------------------------------
@@ -239,7 +241,8 @@ class RlscopeApp(App):
             op = next((o for o in self.last["operations"] if o["name"] == key), None)
             if op:
                 parts = "  ".join(f"{LABELS[c]} {100 * v:.1f}%" for c, v in op["shares"].items())
-                self.notify(f"{key}: {parts}; {op['calls']:,} calls, {op['transitions']:,} transitions",
+                src = f" ({op['source']})" if op["source"] else ""
+                self.notify(f"{key}{src}: {parts}; {op['calls']:,} calls, {op['transitions']:,} transitions",
                             title="operation")
         elif table == "threads":
             th = next((t for t in self.last["threads"] if str(t["tid"]) == key), None)

@@ -1,0 +1,158 @@
+"""Zero-change operations: sample the target's Python stacks with austin, from outside.
+
+austin (https://github.com/P403n1x87/austin) reads the interpreter's frames with
+process_vm_readv without stopping the target. Each sample's stack goes through the
+operation rules (rlscope_top/op_rules.py); when a thread's operation changes, the
+sampler writes the new id into the kernel's ``sop`` map, and the BPF program charges
+that thread's exact probe time, calls and transitions to it from then on. So an
+operation's boundaries are known to within one sample period, while the time and
+category split inside it are the probes' own (label: ``sampled``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from typing import Callable
+
+from ..op_rules import Matcher, Rule
+
+SAMPLED_ID_BASE = 4096          # annotated operations use ids 1..1023
+DEFAULT_HZ = 100
+
+
+def austin_path() -> str | None:
+    """The austin binary: next to this interpreter (the venv) or on PATH."""
+    here = os.path.join(os.path.dirname(sys.executable), "austin")
+    return here if os.access(here, os.X_OK) else shutil.which("austin")
+
+
+class StackSampler:
+    """Runs austin on one PID and keeps each thread's sampled operation."""
+
+    def __init__(self, pid: int, rules: list[Rule], hz: float, set_op: Callable[[int, int], None],
+                 notify: Callable[[str, str], None]):
+        self.pid, self.hz = pid, hz
+        self.matcher = Matcher(rules)
+        self.names = sorted({r.name for r in rules})
+        self.ids = {n: SAMPLED_ID_BASE + i for i, n in enumerate(self.names)}
+        self._set_op, self._notify = set_op, notify
+        self._cur: dict[int, int] = {}
+        self._samples: dict[int, int] = {}        # op id -> samples with it innermost
+        self.inclusive: dict[str, int] = {}       # op name -> samples with it anywhere on the stack
+        self.total = 0                             # samples of threads that ran Python
+        self.invalid = 0                           # torn samples austin marked INVALID (dropped)
+        self.proc: subprocess.Popen | None = None
+        self._thread: threading.Thread | None = None
+        self.error: str | None = None
+        self._stopping = False
+        self._cpu_final: float | None = None
+        self.started_ns = 0
+
+    def kind(self, op_id: int) -> str:
+        """The rule kind ("simulation" or "") of a sampled operation id."""
+        return self.matcher.kinds.get(self.names[op_id - SAMPLED_ID_BASE], "")
+
+    def start(self) -> bool:
+        """Start austin. Returns False (and sets ``error``) when it cannot run here."""
+        exe = austin_path()
+        if exe is None:
+            self.error = "austin is not installed (pip install austin-dist==3.7.0)"
+            return False
+        interval_us = max(100, int(1e6 / self.hz))
+        # austin block-buffers a pipe: ~40 samples would arrive at once, and operations
+        # shorter than that would never be seen as current. stdbuf makes it line-buffered.
+        line_buffered = [shutil.which("stdbuf"), "-oL"] if shutil.which("stdbuf") else []
+        try:
+            self.proc = subprocess.Popen([*line_buffered, exe, "-P", "-i", f"{interval_us}us", "-p", str(self.pid)],
+                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+        except OSError as e:
+            self.error = f"cannot run austin: {e}"
+            return False
+        self.started_ns = time.monotonic_ns()
+        self._thread = threading.Thread(target=self._read, name="rlscope-sampler", daemon=True)
+        self._thread.start()
+        return True
+
+    def stop(self) -> None:
+        """Stop austin and the reader (idempotent)."""
+        self._stopping = True
+        if self._cpu_final is None:
+            self._cpu_final = self.cpu_s()
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        if self._thread is not None:
+            self._thread.join(timeout=2)
+
+    def current(self, tid: int) -> int:
+        """The operation id a thread had at its latest sample (0 none)."""
+        return self._cur.get(tid, 0)
+
+    def samples(self) -> dict[int, int]:
+        """Samples per operation id (innermost)."""
+        return dict(self._samples)
+
+    def cpu_s(self) -> float | None:
+        """CPU seconds austin has used (its cost on the machine); None if it never ran."""
+        if self._cpu_final is not None:
+            return self._cpu_final
+        try:
+            with open(f"/proc/{self.proc.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, AttributeError, IndexError, ValueError):
+            return None
+
+    # -- reading -----------------------------------------------------------
+    def _read(self) -> None:
+        for raw in self.proc.stdout:
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            if line and line[0] == "P":
+                self.feed(line)
+        rc = self.proc.wait()
+        if not self._stopping and self.error is None:
+            self.error = _first_sentence(self.proc.stderr.read().decode("utf-8", "replace")) or \
+                f"austin exited with status {rc}"
+            self._notify("warn", f"operations unavailable: austin cannot sample PID {self.pid}: {self.error} "
+                                 "The category breakdown is unaffected.")
+
+    def feed(self, line: str) -> None:
+        """Apply one austin sample line: ``P<pid>;T<iid>:<tid>;<file:func:line>;... <metric>``."""
+        stack = line.rsplit(" ", 1)[0]
+        parts = stack.split(";")
+        if len(parts) < 3:
+            return
+        if "INVALID" in stack:      # frames changed under the non-blocking read: no evidence either way
+            self.invalid += 1
+            return
+        try:
+            tid = int(parts[1].rsplit(":", 1)[-1])
+        except ValueError:
+            return
+        frames = [f.rsplit(":", 1)[0] for f in parts[2:]]
+        inner, seen = self.matcher.match(frames)
+        op = self.ids[inner] if inner else 0
+        self.total += 1
+        if op:
+            self._samples[op] = self._samples.get(op, 0) + 1
+        for n in seen:
+            self.inclusive[n] = self.inclusive.get(n, 0) + 1
+        if self._cur.get(tid, 0) != op:
+            self._cur[tid] = op
+            self._set_op(tid, op)
+
+
+def _first_sentence(text: str) -> str:
+    """austin's complaint as one plain line (it wraps lines and starts with an emoji)."""
+    words = " ".join(text.split())
+    words = words.lstrip("".join(ch for ch in words[:2] if not ch.isascii())).strip()
+    end = words.find(". ")
+    return (words if end < 0 else words[:end + 1])[:200]

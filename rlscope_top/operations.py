@@ -1,0 +1,129 @@
+"""Per-operation figures from the kernel's per-operation counters (pure Python).
+
+Rules (docs/summary-schema.md, "operations"):
+- An operation's time is the time its threads spent with it innermost (nested
+  operations are flattened, as in RL-Scope), summed over threads, split into the
+  same exclusive categories as the totals, with the probes' calibrated cost taken out.
+- ``<none>`` is Python-thread time outside every operation: the totals minus the
+  operations, so the rows always add up to the totals.
+- Python time inside an operation of kind "simulation" counts as simulation; the
+  row keeps the Python/native split in ``simulation_split``. The top-level totals
+  follow the same rule.
+- When the budget estimated a category (count or off mode), the estimated time is
+  spread over the operations by their exact call counts of that category.
+"""
+
+from __future__ import annotations
+
+from .accounting import CATEGORIES, TRANSITIONS
+
+NA = None
+NONE_OP = "<none>"
+
+
+def _s(ns: float) -> float:
+    return round(ns / 1e9, 6)
+
+
+def raw_rows(acct, measured: dict, estimated: dict) -> list[dict]:
+    """Per-operation corrected ns, calls and transitions, plus the ``<none>`` remainder.
+
+    Args:
+        acct: The Accounting holding the latest ``ops`` counters.
+        measured: Breakdown (``split`` corrected [on, off] ns per category, ``calls``,
+            ``trans``) of the Python threads as the kernel counted them.
+        estimated: The same with the budget's estimates applied (what the totals report).
+
+    Returns:
+        Rows ``{name, kind, source, samples..., ns: {cat: [on, off]}, calls, trans}``;
+        empty when the target has no operations.
+    """
+    if not acct.ops:
+        return []
+    rows = []
+    for o in acct.ops.values():
+        ns = {c: [max(0, o["ns"][i][0] - o["oh"][i]), o["ns"][i][1]] for i, c in enumerate(CATEGORIES)}
+        rows.append({"name": o["name"], "kind": o.get("kind", ""), "source": o.get("src", "annotated"),
+                     "samples": o.get("samples"), "samples_incl": o.get("samples_incl"),
+                     "samples_total": o.get("samples_total"), "ns": ns,
+                     "calls": list(o["calls"]), "trans": [list(r) for r in o["trans"]]})
+    m = measured
+    rows.append({"name": NONE_OP, "kind": "", "source": "remainder", "samples": None,
+                 "ns": {c: [max(0, m["split"][c][k] - sum(r["ns"][c][k] for r in rows)) for k in (0, 1)]
+                        for c in CATEGORIES},
+                 "calls": [max(0, m["calls"][i] - sum(r["calls"][i] for r in rows)) for i in range(4)],
+                 "trans": [[max(0, m["trans"][a][b] - sum(r["trans"][a][b] for r in rows)) for b in range(4)]
+                           for a in range(4)]})
+    _spread_estimates(rows, measured, estimated)
+    return rows
+
+
+def _spread_estimates(rows: list[dict], measured: dict, estimated: dict) -> None:
+    """Give each row its part of what the budget estimated instead of timing.
+
+    While a category's probes were off, the kernel charged its calls to Python; the
+    estimate moves that time back. Each row gets the category's extra time, calls and
+    transitions in proportion to the calls of it that were measured in the row, and
+    loses the same time from its Python.
+    """
+    for i, c in enumerate(CATEGORIES[1:], start=1):
+        extra = sum(estimated["split"][c]) - sum(measured["split"][c])
+        base = sum(r["calls"][i] for r in rows)
+        if extra <= 0 or base <= 0:
+            continue
+        extra_calls = max(0, estimated["calls"][i] - measured["calls"][i])
+        extra_trans = [max(0, estimated["trans"][f][i] - measured["trans"][f][i]) for f in range(4)]
+        for r in rows:
+            w = r["calls"][i] / base
+            add = extra * w
+            tot = sum(r["ns"][c])
+            on_frac = r["ns"][c][0] / tot if tot else 1.0
+            py = r["ns"]["python"]
+            py_tot = sum(py)
+            take = min(add, py_tot)
+            if py_tot:
+                py[0], py[1] = py[0] - take * py[0] / py_tot, py[1] - take * py[1] / py_tot
+            r["ns"][c][0] += take * on_frac
+            r["ns"][c][1] += take * (1 - on_frac)
+            r["calls"][i] += round(extra_calls * w)
+            for f in range(4):
+                r["trans"][f][i] += round(extra_trans[f] * w)
+
+
+def figures(row: dict, have: set[str], wall_total_ns: float) -> dict:
+    """One operation's summary entry from a raw row (simulation rule applied)."""
+    ns = {c: list(v) for c, v in row["ns"].items()}
+    sim_split = None
+    if row["kind"] == "simulation":
+        py, native = sum(ns["python"]), sum(ns["simulator"])
+        sim_split = {"python_s": _s(py), "native_s": _s(native)}
+        ns["simulator"] = [ns["simulator"][k] + ns["python"][k] for k in (0, 1)]
+        ns["python"] = [0, 0]
+    wall = sum(sum(v) for v in ns.values())
+    out = {"source": row["source"], "kind": row["kind"] or None, "wall_s": _s(wall),
+           "share": round(wall / wall_total_ns, 6) if wall_total_ns else NA,
+           "on_cpu_s": _s(sum(v[0] for v in ns.values())), "off_cpu_s": _s(sum(v[1] for v in ns.values()))}
+    for c in CATEGORIES:
+        out[f"{c}_s"] = _s(sum(ns[c])) if c in have or c == "simulator" and sim_split else NA
+    out["gpu_s"] = NA
+    out["shares"] = {c: (round(sum(ns[c]) / wall, 6) if wall and out[f"{c}_s"] is not None else NA)
+                     for c in CATEGORIES}
+    if sim_split is not None:
+        out["simulation_split"] = sim_split
+    out["calls"] = {c: (row["calls"][i] if c in have else NA) for i, c in enumerate(CATEGORIES) if c != "python"}
+    trans = {n: (row["trans"][a][z] if CATEGORIES[z] in have else NA) for n, (a, z) in TRANSITIONS.items()}
+    out["transitions"] = trans
+    out["transitions_per_s"] = {n: (round(v / (wall / 1e9), 3) if v is not None and wall else NA)
+                                for n, v in trans.items()}
+    if row["samples"] is not None:
+        total = row.get("samples_total") or 0
+        out["samples"] = row["samples"]
+        out["inclusive_share"] = round(row["samples_incl"] / total, 6) if total else NA
+    return out
+
+
+def simulation_python_ns(rows: list[dict]) -> list[float]:
+    """[on, off] Python ns inside simulation operations (moved to simulator in the totals)."""
+    on = sum(r["ns"]["python"][0] for r in rows if r["kind"] == "simulation")
+    off = sum(r["ns"]["python"][1] for r in rows if r["kind"] == "simulation")
+    return [on, off]
