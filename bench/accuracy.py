@@ -172,8 +172,10 @@ def write(rows, args) -> None:
               "and can differ in a large C++ code base. With several Python threads the probes also change how "
               "the threads contend for the GIL and the CPUs, so the unprobed cycles are a different schedule: "
               "compare the raw column there.", ""]
+    old = open(args.out).read() if os.path.exists(args.out) else ""
+    kept = old[old.find("\n## ") + 1:] if "\n## " in old else ""   # sections other benches write
     with open(args.out, "w") as f:
-        f.write("\n".join(lines) + "\n")
+        f.write("\n".join(lines) + "\n" + ("\n" + kept if kept else ""))
     print("\n".join(lines))
 
 

@@ -12,6 +12,7 @@ import dataclasses
 import os
 import sys
 import tempfile
+import threading
 import time
 from importlib import resources
 from typing import Callable
@@ -147,6 +148,7 @@ class ProbeSet:
         self._events: list[tuple] = []
         self.bpf = None
         self.t0_ns = 0
+        self._cfg_lock = threading.Lock()
 
     # -- lifecycle ---------------------------------------------------------
     def load(self) -> None:
@@ -373,9 +375,10 @@ class ProbeSet:
 
     def set_op_source(self, bit: int, on: bool = True) -> None:
         """Turn an operation source on in the kernel: 1 annotations, 2 the stack sampler."""
-        cfg = self.bpf["opcfg"]
-        cur = cfg[ct.c_int(0)].value
-        cfg[ct.c_int(0)] = ct.c_uint(cur | bit if on else cur & ~bit)
+        with self._cfg_lock:          # the sampler's reader thread calls this too
+            cfg = self.bpf["opcfg"]
+            cur = cfg[ct.c_int(0)].value
+            cfg[ct.c_int(0)] = ct.c_uint(cur | bit if on else cur & ~bit)
 
     def set_annotation_region(self, address: int) -> None:
         """Tell the kernel where the target's annotation region is mapped."""

@@ -34,13 +34,12 @@ def austin_path() -> str | None:
 class StackSampler:
     """Runs austin on one PID and keeps each thread's sampled operation."""
 
-    def __init__(self, pid: int, rules: list[Rule], hz: float, set_op: Callable[[int, int], None],
-                 notify: Callable[[str, str], None]):
+    def __init__(self, pid: int, rules: list[Rule], hz: float, set_op: Callable[[int, int], None]):
         self.pid, self.hz = pid, hz
         self.matcher = Matcher(rules)
         self.names = sorted({r.name for r in rules})
         self.ids = {n: SAMPLED_ID_BASE + i for i, n in enumerate(self.names)}
-        self._set_op, self._notify = set_op, notify
+        self._set_op = set_op
         self._cur: dict[int, int] = {}
         self._samples: dict[int, int] = {}        # op id -> samples with it innermost
         self.inclusive: dict[str, int] = {}       # op name -> samples with it anywhere on the stack
@@ -50,6 +49,7 @@ class StackSampler:
         self._thread: threading.Thread | None = None
         self.error: str | None = None
         self._stopping = False
+        self.ended = False          # austin is gone (error says why, unless we stopped it)
         self._cpu_final: float | None = None
         self.started_ns = 0
 
@@ -119,10 +119,10 @@ class StackSampler:
                 self.feed(line)
         rc = self.proc.wait()
         if not self._stopping and self.error is None:
+            # reported by the collector from its own thread (the ring has one writer)
             self.error = _first_sentence(self.proc.stderr.read().decode("utf-8", "replace")) or \
                 f"austin exited with status {rc}"
-            self._notify("warn", f"operations unavailable: austin cannot sample PID {self.pid}: {self.error} "
-                                 "The category breakdown is unaffected.")
+        self.ended = True
 
     def feed(self, line: str) -> None:
         """Apply one austin sample line: ``P<pid>;T<iid>:<tid>;<file:func:line>;... <metric>``."""

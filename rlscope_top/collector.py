@@ -21,7 +21,7 @@ from .probes import loader as L
 from .probes.loader import BccUnavailable, OpCounters, ProbeSet, ThreadCounters
 from .budget import Budget
 from .ring import RingWriter
-from .target import command_line, thread_name, thread_running
+from .target import command_line, is_alive, thread_name, thread_running
 
 SCAN_PERIOD_S = 0.5     # new libraries are picked up within this (+ one tick)
 SAMPLE_WINDOW_S = 0.5   # a category the budget turned off is timed again this long ...
@@ -54,6 +54,8 @@ class Collector:
         self.op_names: dict[int, tuple[str, str, str]] = {}   # op id -> (name, kind, source)
         self.op_rules = list(op_rules or []) + rules.BUILTIN
         self.sample_hz = sample_hz
+        self._sampling_on = False
+        self._sampler_reported = False
 
     def _note(self, level: str, msg: str) -> None:
         self._notify(level, msg)
@@ -103,6 +105,7 @@ class Collector:
             self._last_meta = now
             self.ring.write(self._meta())
         self._drain_events()
+        self._check_sampler()
         ctr = self._counters()
         self.ring.write(ctr)
         if not self._sample(now):
@@ -185,14 +188,32 @@ class Collector:
         """Sample Python stacks for rule-based operations (the zero-change path)."""
         if not self.sample_hz:
             return
-        smp = StackSampler(self.pid, self.op_rules, self.sample_hz, self.probes.set_sampled_op, self._note)
+        smp = StackSampler(self.pid, self.op_rules, self.sample_hz, self._sampled_op)
         if not smp.start():
             self._note("warn", f"operations unavailable: {smp.error}; the category breakdown is unaffected")
             return
         self.sampler = smp
         for name, i in smp.ids.items():
             self.op_names[i] = (name, smp.matcher.kinds.get(name, ""), "sampled")
-        self.probes.set_op_source(2)
+
+    def _check_sampler(self) -> None:
+        """Say once why sampled operations stopped, unless the target itself is gone."""
+        smp = self.sampler
+        if smp is None or not smp.ended or self._sampler_reported:
+            return
+        self._sampler_reported = True
+        if smp.error and is_alive(self.pid):
+            self._note("warn", f"operations unavailable: austin cannot sample PID {self.pid}: {smp.error} "
+                               "The category breakdown is unaffected.")
+
+    def _sampled_op(self, tid: int, op: int) -> None:
+        """The sampler saw a thread change operation (called from its reader thread)."""
+        self.probes.set_sampled_op(tid, op)
+        if op and not self._sampling_on:
+            # the kernel looks sampled operations up only once a rule has matched, so a
+            # target no rule fits pays nothing for the sampler in its probes
+            self._sampling_on = True
+            self.probes.set_op_source(2)
 
     def _refresh_names(self) -> None:
         for i, (name, kind) in self.region.names().items():

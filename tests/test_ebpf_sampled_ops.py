@@ -46,5 +46,7 @@ def test_sb3_ppo_operations_match_in_process_measurement(ebpf, target, monitor, 
         assert abs(ops[n]["inclusive_share"] - incl[n]) <= 0.05, (n, ops[n]["inclusive_share"], incl)
     assert ops["simulation"]["kind"] == "simulation" and ops["simulation"]["simulator_s"] > 0
     assert ops["collect_rollouts"]["transitions"]["python->backend"] > 0   # policy inference inside it
+    smp = s["sampler"]
+    assert smp["tool"] == "austin" and smp["hz"] == 100 and smp["samples"] > 500 and smp["cpu_s"] is not None
     print(json.dumps({n: [ops[n]["share"], flat.get(n), ops[n].get("inclusive_share"), incl.get(n)]
                       for n in ops if n in flat}))

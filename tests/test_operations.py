@@ -97,7 +97,7 @@ def test_bad_rules_are_usage_errors(bad):
 
 def test_sampler_feed_sets_the_kernel_op_only_on_change():
     calls = []
-    smp = StackSampler(1, BUILTIN, 100, lambda tid, op: calls.append((tid, op)), lambda *a: None)
+    smp = StackSampler(1, BUILTIN, 100, lambda tid, op: calls.append((tid, op)))
     line = f"P1;T0:7;/w/t.py:<module>:3;{SB3}:OnPolicyAlgorithm.collect_rollouts:200 10000"
     smp.feed(line)
     smp.feed(line)

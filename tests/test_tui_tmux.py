@@ -41,11 +41,13 @@ def test_live_screen_in_tmux_on_a_real_training_process(ebpf, spawn, tmp_path):
         screen, end = "", time.monotonic() + 60
         while time.monotonic() < end:
             screen = _tmux("capture-pane", "-p", "-t", "live")
-            if _share(screen, "Python") > 0 and _share(screen, "Backend") > 0:
+            if _share(screen, "Python") > 0 and _share(screen, "Backend") > 0 and "collect_rollouts" in screen:
                 break
             time.sleep(0.5)
         assert _share(screen, "Python") > 0 and _share(screen, "Backend") > 0, screen
         assert "<all>" in screen and "q Quit" in screen and f"pid {pid}" in screen
+        # zero-change operations from the stack sampler's built-in SB3 rules, on screen
+        assert re.search(r"collect_rollouts\s+sampled\s+\d+%", screen), screen
         _tmux("send-keys", "-t", "live", "q")
         end = time.monotonic() + 60
         while "EXIT=" not in (screen := _tmux("capture-pane", "-p", "-t", "live")) and time.monotonic() < end:
@@ -54,6 +56,7 @@ def test_live_screen_in_tmux_on_a_real_training_process(ebpf, spawn, tmp_path):
         assert "rlscope-top summary" in screen and "backend" in screen       # the printed summary
         s = json.loads(summary.read_text())
         assert s["end_reason"] == "quit (q)" and s["totals"]["python_s"] > 0 and s["totals"]["backend_s"] > 0
+        assert s["operations"]["collect_rollouts"]["source"] == "sampled"
         assert work.p.poll() is None, "the training process must keep running"
     finally:
         _tmux("kill-server")
