@@ -122,7 +122,9 @@ def row_line(name, s, r, raw, cor) -> str:
 def merge(rows, args) -> None:
     """Replace (or append) the rows of the workloads just run in an existing table."""
     lines = open(args.out).read().splitlines()
-    table_end = max(i for i, ln in enumerate(lines) if ln.startswith("| "))
+    table_end = next(i for i, ln in enumerate(lines) if ln.startswith("| workload |"))
+    while table_end + 1 < len(lines) and lines[table_end + 1].startswith("|"):   # the first table only:
+        table_end += 1                                                          # other benches add sections
     for row in rows:
         new = row_line(*row)
         at = next((i for i, ln in enumerate(lines) if ln.startswith(f"| {row[0]} |")), None)

@@ -34,13 +34,31 @@ def slot_sums(threads: list[dict], n_slots: int) -> list[dict]:
     return out
 
 
-def _figures(sums: list[dict], time_scale: float, call_scale: float) -> dict:
-    on = sum(max(0, s["on"] - s["oh"]) for s in sums) * time_scale
-    off = sum(s["off"] for s in sums) * time_scale
+def _figures(sums: list[dict], on_scale: float, off_scale: float, call_scale: float) -> dict:
+    on = sum(max(0, s["on"] - s["oh"]) for s in sums) * on_scale
+    off = sum(s["off"] for s in sums) * off_scale
     return {"backend_s": _s(on + off), "on_cpu_s": _s(on), "off_cpu_s": _s(off),
-            "raw_s": _s(sum(s["on"] + s["off"] for s in sums) * time_scale),
+            "raw_s": _s(sum(s["on"] + s["off"] for s in sums)),
             "calls": round(sum(s["calls"] for s in sums) * call_scale),
             "python->backend": round(sum(s["trans"] for s in sums) * call_scale)}
+
+
+def _scales(sums: list[dict], backend_s: float | None, backend_calls: int | None, estimated: bool):
+    """Factors that make the slots add up to the category: (on-CPU, off-CPU, calls).
+
+    A slot whose probe cost exceeds its own on-CPU time (a wait, mostly off CPU) is
+    corrected to 0, not below, so the corrected slots can exceed the category's corrected
+    on-CPU total by that much; their on-CPU parts are scaled back to it. With the budget's
+    estimates, the measured split is scaled to the estimated totals.
+    """
+    con = sum(max(0, s["on"] - s["oh"]) for s in sums)
+    off = sum(s["off"] for s in sums)
+    calls = sum(s["calls"] for s in sums)
+    if estimated:
+        t = (backend_s or 0.0) * 1e9 / (con + off) if con + off else 1.0
+        return t, t, (backend_calls or 0) / calls if calls else 1.0
+    exact_on = max(0, sum(s["on"] - s["oh"] for s in sums))
+    return (exact_on / con if con else 1.0), 1.0, 1.0
 
 
 def split(slots: list[str], groups: dict, threads: list[dict], backend_s: float | None,
@@ -65,19 +83,14 @@ def split(slots: list[str], groups: dict, threads: list[dict], backend_s: float 
         fw, _, part = name.partition(":")
         if fw in groups or s["calls"]:
             by_fw.setdefault(fw, {}).setdefault(PARTS.get(part, part), []).append(s)
-    t_scale = c_scale = 1.0
-    if estimated:
-        measured = sum(max(0, s["on"] - s["oh"]) + s["off"] for s in sums) / 1e9
-        calls = sum(s["calls"] for s in sums)
-        t_scale = (backend_s or 0.0) / measured if measured else 1.0
-        c_scale = (backend_calls or 0) / calls if calls else 1.0
+    scales = _scales(sums, backend_s, backend_calls, estimated)
     out = {}
     for fw, parts in by_fw.items():
         allp = [s for ps in parts.values() for s in ps]
-        fig = _figures(allp, t_scale, c_scale)
+        fig = _figures(allp, *scales)
         fig["share_of_backend"] = round(fig["backend_s"] / backend_s, 6) if backend_s else None
         if len(parts) > 1:
-            fig["parts"] = {p: _figures(ps, t_scale, c_scale) for p, ps in parts.items()}
+            fig["parts"] = {p: _figures(ps, *scales) for p, ps in parts.items()}
         out[fw] = fig
     return out
 

@@ -117,3 +117,14 @@ def test_ebpf_flag_prints_the_program_without_root():
 def test_new_modules_keep_the_layers_apart():
     assert _loaded(["rlscope_top.probes.frameworks", "rlscope_top.probes.symbols"], ["textual"]) == ""
     assert _loaded(["rlscope_top.frameworks", "rlscope_top.compare"], ["bcc", "textual"]) == ""
+
+
+def test_slots_add_up_when_a_wait_costs_more_than_its_on_cpu_time():
+    """A wait is mostly off CPU: its probe cost can exceed its on-CPU time. The slots must
+    still add up to the category's corrected total (not clamp each slot apart)."""
+    threads = [_thread(torch=(2_000_000_000, 0, 100_000_000, 101, 101),
+                       jax_wait=(1_000, 1_000_000_000, 5_000, 23, 23))]
+    backend_s = (2_000_001_000 - 100_005_000 + 1_000_000_000) / 1e9   # what the category reports
+    out = F.split(SLOTS, {"torch": [], "jax": []}, threads, backend_s, 124, estimated=False)
+    assert out["torch"]["backend_s"] + out["jax"]["backend_s"] == pytest.approx(backend_s, abs=2e-6)
+    assert out["jax"]["parts"]["wait"]["on_cpu_s"] == 0.0
