@@ -206,7 +206,10 @@ class ProbeSet:
         """Attach probes to libraries mapped since the last scan. Returns new groups."""
         new_groups = []
         paths = mapped_files(self.pid)
-        for i, spec in enumerate(self.specs):
+        # End probes (EXIT) before the begin probes of brackets split over two specs: an end
+        # seen without its begin is ignored, while a begin attached first could see calls
+        # whose end it never sees (a library being imported right now) and stay open.
+        for i, spec in sorted(enumerate(self.specs), key=lambda item: item[1].kind != EXIT):
             for path in paths:
                 if (i, path) in self._tried or not spec.matches(path) or self.modes.get(spec.category) == "off":
                     continue
