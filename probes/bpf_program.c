@@ -45,6 +45,7 @@ struct tstate {
     u32 sop_cur;              // sampled operation charged since last_ts
     u32 sop_seq;              // last sampled change applied
     u32 pad2;
+    struct fwsplit fw;        // Backend split per framework (fw_prelude.c)
 };
 
 // A thread's latest sampled operation changes, written whole by the monitor: each
@@ -179,6 +180,7 @@ static __always_inline void advance(struct tstate *s, u64 now, u8 hint) {
     if (now > s->last_ts) {
         int k = (c * 2 + (r == RUN_ON ? 0 : 1)) & 7;
         s->ns[k] += now - s->last_ts;
+        fw_time(&s->fw, c, now - s->last_ts, r != RUN_ON);
         u32 op = cur_op(s);
         if (op) {
             struct opcnt *oc = op_counters(op);
@@ -305,6 +307,8 @@ static __always_inline void hit(int id) {
 static __always_inline void charge(struct tstate *s, int before_cat, u32 before, u32 after) {
     s->oh[before_cat & 3] += before;
     s->oh[cur_cat(s) & 3] += after;
+    fw_oh(&s->fw, before_cat, before);
+    fw_oh(&s->fw, cur_cat(s), after);
     u32 op = cur_op(s);
     if (op) {
         struct opcnt *oc = op_counters(op);
@@ -341,6 +345,7 @@ static __always_inline int on_enter(int id, int cat) {
             __sync_fetch_and_add(&oc->calls[cat & 3], 1);
         }
     }
+    fw_enter(&s->fw, id, cat, from, s->depth[cat & 3] == 0, count_only);
     if (s->depth[cat & 3] < 1000000 && !count_only)
         s->depth[cat & 3]++;
     if (cat == CAT_BACKEND)

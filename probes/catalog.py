@@ -36,6 +36,8 @@ class ProbeSpec:
     category: int
     kind: str
     label: str       # short name for tables
+    sym_re: bool = False   # `symbol` is a regex (anchored) resolved against the library at attach
+    part: str = ""         # "wait": a JAX wait bracket (see probes/frameworks.py)
 
     def matches(self, path: str) -> bool:
         """Whether a mapped file path belongs to this probe's library."""
@@ -96,10 +98,46 @@ MUJOCO = [ProbeSpec("mujoco", _MUJOCO, s, CAT_SIM, PAIR, s) for s in (
 SYNC_SYMBOLS = frozenset({"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
                           "cuStreamSynchronize", "cuCtxSynchronize"})
 
+_TF_PY = r"^lib_pywrap_tensorflow_common\.so"
+_TF_CC = r"^libtensorflow_cc\.so"
+_JAX = r"^libjax_common\.so"
+
+# TensorFlow 2.21 (PROBE-NOTES). The TFE_Py_* functions report every error through a
+# TSL_Status or a Python exception and return normally (the pybind11 wrapper throws after
+# they return), and TF_SessionRun is plain C: return probes on them are exception-safe.
+# TFE_Execute is left out: every Python entry reaches it through one of these (nested).
+# absl's versioned namespace (lts_YYYYMMDD) changes between builds: match it by regex.
+TENSORFLOW = [
+    ProbeSpec("tensorflow", _TF_PY, "_Z24TFE_Py_FastPathExecute_CP7_object", CAT_BACKEND, PAIR, "tf eager op"),
+    ProbeSpec("tensorflow", _TF_PY,
+              r"^_Z24TFE_Py_ExecuteCancelableP11TFE_ContextPKcS2_PN4absl12lts_[0-9]+13InlinedVector.*$",
+              CAT_BACKEND, PAIR, "tf execute (slow path, tf.function)", sym_re=True),
+    ProbeSpec("tensorflow", _TF_PY, "_Z19TFE_Py_TapeGradientP7_objectS0_S0_S0_S0_S0_P10TSL_Status",
+              CAT_BACKEND, PAIR, "tf tape gradient"),
+    ProbeSpec("tensorflow", _TF_CC, "TF_SessionRun", CAT_BACKEND, PAIR, "tf session run"),
+]
+
+# JAX/XLA (jaxlib 0.10.2 CPU; local .symtab symbols). Dispatch: the jitted-call slot
+# function, called by CPython, catches jaxlib's exceptions itself (one escaping it would
+# kill the process with or without us). Waits: PyArray::BlockUntilReady can throw (Ctrl-C
+# while waiting), so no return probe there: it opens a bracket with an entry probe and the
+# UserContextScope destructor, which runs on return and on unwinding, closes it (a guarded
+# exit that closes only an open wait; see probes/frameworks.py).
+JAX = [
+    ProbeSpec("jax", _JAX, "PjitFunction_tp_vectorcall", CAT_BACKEND, PAIR, "jax jitted call"),
+    # The wait end goes before the wait entries: they attach only once it is in place.
+    ProbeSpec("jax", _JAX, "_ZN3xla4ifrt16UserContextScopeD2Ev", CAT_BACKEND, EXIT, "jax wait end",
+              part="wait"),
+    ProbeSpec("jax", _JAX, "_ZNK3jax7PyArray15BlockUntilReadyEv", CAT_BACKEND, ENTER,
+              "jax block_until_ready", part="wait"),
+    ProbeSpec("jax", _JAX, "_ZN3jax7PyArray22BatchedBlockUntilReadyESt6vectorIN8nanobind6objectESaIS3_EE",
+              CAT_BACKEND, ENTER, "jax batched block_until_ready", part="wait"),
+]
+
 
 def builtin() -> list[ProbeSpec]:
-    """All built-in probes, in id order."""
-    return TORCH + CUDART + CUDA_DRIVER + MUJOCO
+    """All built-in probes, in id order (new sets go last so existing ids stay)."""
+    return TORCH + CUDART + CUDA_DRIVER + MUJOCO + TENSORFLOW + JAX
 
 
 def sim_lib_specs(lib: str, symbols: list[str]) -> list[ProbeSpec]:

@@ -19,6 +19,8 @@ from typing import Callable
 
 from . import catalog
 from .catalog import ENTER, EXIT, PAIR, RANGE_BEGIN, RANGE_END, COUNT, ProbeSpec
+from . import frameworks as fw
+from .symbols import resolve as resolve_symbol
 from .prologue import cheap_offset, is_cheap_at
 from ..calibration import Calibration, load as load_calibration
 
@@ -71,6 +73,7 @@ class ThreadCounters:
     exited: bool
     aop: int = 0              # innermost annotated operation now (0 none)
     opflag: bool = False      # ran inside an operation
+    fw: dict | None = None    # Backend split per framework slot: ns [[on, off]], calls, trans, oh
 
 
 @dataclasses.dataclass
@@ -86,9 +89,11 @@ class OpCounters:
 
 def program_text(specs: list[ProbeSpec]) -> str:
     """The BPF C source for a probe catalog (also what ``--ebpf`` prints)."""
-    files = resources.files("rlscope_top.probes")
-    base = files.joinpath("bpf_program.c").read_text()
-    out = [f"#define NPROBES {max(1, len(specs))}", base, files.joinpath("sync_timing.c").read_text()]
+    here = resources.files("rlscope_top.probes")
+    base = here.joinpath("bpf_program.c").read_text()
+    out = [f"#define NPROBES {max(1, len(specs))}", here.joinpath("fw_prelude.c").read_text(), base,
+           here.joinpath("fw_guard.c").read_text(),
+           here.joinpath("sync_timing.c").read_text()]
     for i, s in enumerate(specs):
         if s.kind == PAIR and s.symbol in catalog.SYNC_SYMBOLS:   # also timed as GPU waiting
             out.append(f"int p{i}_enter(struct pt_regs *ctx) {{ sync_begin({i}, {s.category}); "
@@ -99,6 +104,8 @@ def program_text(specs: list[ProbeSpec]) -> str:
             out.append(f"int p{i}_exit(struct pt_regs *ctx) {{ return on_exit({i}, {s.category}, 0); }}")
         elif s.kind == ENTER:
             out.append(f"int p{i}_enter(struct pt_regs *ctx) {{ return on_enter({i}, {s.category}); }}")
+        elif fw.is_guarded_exit(s):
+            out.append(f"int p{i}_exit(struct pt_regs *ctx) {{ return fw_wait_exit({i}, {s.category}); }}")
         elif s.kind == EXIT:
             out.append(f"int p{i}_exit(struct pt_regs *ctx) {{ return on_exit({i}, {s.category}, 1); }}")
         elif s.kind == RANGE_BEGIN:
@@ -235,8 +242,13 @@ class ProbeSet:
         if self.n_probes() + spec.n_attach > self.max_probes:
             self.missing.setdefault(spec.group, []).append(f"{spec.symbol} (probe limit {self.max_probes})")
             return False
+        if spec.part == "wait" and spec.kind == ENTER and not self._has_wait_end(spec.group, path):
+            # without its end a wait bracket would stay open: time it not at all instead
+            self.missing.setdefault(spec.group, []).append(f"{spec.symbol} (no wait end probe)")
+            return False
         root_path = path if os.path.exists(path) else f"/proc/{self.pid}/root{path}"
         try:
+            spec = resolve_symbol(self._bcc, spec, root_path)
             offset = 0 if spec.kind == PAIR else self._entry_offset(root_path, spec.symbol)
         except Exception as e:  # bcc raises bare Exception for a missing symbol
             self.missing.setdefault(spec.group, []).append(spec.symbol)
@@ -247,6 +259,7 @@ class ProbeSet:
         cost = self.calibration.cost(spec.kind, emulated)
         self.bpf["costs"][ct.c_int(i)] = self.bpf["costs"].Leaf(*(cost[k] for k in (
             "enter_before", "enter_after", "exit_before", "exit_after")))
+        self.bpf["probe_fw"][ct.c_int(i)] = ct.c_uint(fw.probe_fw_value(spec))
         a = Attached(i, spec, path, offset, emulated, 0, root_path, {})
         for part in _parts(spec):
             self._attach_part(a, part)
@@ -257,6 +270,10 @@ class ProbeSet:
                 return False
         self.attached.append(a)
         return True
+
+    def _has_wait_end(self, group: str, path: str) -> bool:
+        return any(fw.is_guarded_exit(a.spec) and a.spec.group == group and a.path == path
+                   for a in self.attached)
 
     # -- the overhead budget's levers ------------------------------------
     def degrade(self, cat: int) -> str:
@@ -363,7 +380,7 @@ class ProbeSet:
                 oh=[s.oh[c] for c in range(4)],
                 depth=[s.depth[c] for c in range(4)],
                 run=s.run, last_ts=s.last_ts, pyflag=bool(s.pyflag), exited=bool(s.exited),
-                aop=s.aop, opflag=bool(s.opflag)))
+                aop=s.aop, opflag=bool(s.opflag), fw=_fw_counters(s.fw)))
         return out
 
     # -- operations ----------------------------------------------------------
@@ -431,6 +448,13 @@ class ProbeSet:
     def _on_event(self, ctx, data, size):
         e = self.bpf["events"].event(data)
         self._events.append((e.kind, e.ts, e.tid, e.name.decode(errors="replace"), e.cat))
+
+
+def _fw_counters(f) -> dict:
+    """A thread's per-framework Backend counters, for the slots that have names."""
+    n = len(fw.SLOTS)
+    return {"ns": [[f.ns[2 * k], f.ns[2 * k + 1]] for k in range(n)], "calls": [f.calls[k] for k in range(n)],
+            "trans": [f.trans[k] for k in range(n)], "oh": [f.oh[k] for k in range(n)], "cur": f.cur}
 
 
 def _parts(spec: ProbeSpec) -> tuple[str, ...]:

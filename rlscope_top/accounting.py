@@ -15,7 +15,7 @@ from .engine import Engine, overlap
 from .gpu_accounting import GpuAccounting
 
 CATEGORIES = ("python", "backend", "simulator", "cuda_api")
-CAT_GROUPS = {"backend": ("torch",), "simulator": ("mujoco", "sim:"), "cuda_api": ("cudart", "cuda-driver")}
+CAT_GROUPS = {"backend": ("torch", "tensorflow", "jax"), "simulator": ("mujoco", "sim:"), "cuda_api": ("cudart", "cuda-driver")}
 TRANSITIONS = {  # name -> (from, to) category indices
     "python->backend": (0, 1),
     "python->simulator": (0, 2),

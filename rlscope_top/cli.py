@@ -19,6 +19,7 @@ EPILOG = """examples:
   rlscope-top demo --headless --duration 10
   rlscope-top run -- python train.py     launch with GPU kernel timing (CUPTI) and the same probes
   rlscope-top doctor [PID]
+  rlscope-top compare torch.json jax.json --steps-a 20000 --steps-b 20000
 """
 
 
@@ -106,7 +107,31 @@ def parser() -> argparse.ArgumentParser:
     doc = sub.add_parser("doctor", help="check that attach can work here (and what a PID maps)")
     doc.add_argument("pid", type=_pid, nargs="?", metavar="PID")
     sub.add_parser("calibrate", help="measure each probe kind's cost on this machine (needs root, gcc)")
+    _compare_args(sub)
     return ap
+
+
+def _compare_args(sub) -> None:
+    c = sub.add_parser("compare", help="two summaries side by side: per-category ratio, transitions and calls per step")
+    c.add_argument("summary_a", metavar="SUMMARY_A")
+    c.add_argument("summary_b", metavar="SUMMARY_B")
+    c.add_argument("--steps-a", type=_count, metavar="N", help="environment steps run A made in its window")
+    c.add_argument("--steps-b", type=_count, metavar="N", help="environment steps run B made in its window")
+    c.add_argument("--steps", type=_count, metavar="N", help="the same step count for both runs")
+    c.add_argument("--names", type=_names, metavar="A,B", help="column titles (default: the file names)")
+
+
+def _names(text: str) -> tuple[str, str]:
+    a, sep, b = text.partition(",")
+    if not sep or not a.strip() or not b.strip():
+        raise argparse.ArgumentTypeError(f"{text!r}: give two titles separated by a comma, e.g. torch,jax")
+    return a.strip(), b.strip()
+
+
+def _count(text: str) -> int:
+    if not text.isdigit() or int(text) == 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a step count (a whole number > 0)")
+    return int(text)
 
 
 def _options(ns: argparse.Namespace, pid: int) -> Options:
@@ -137,6 +162,10 @@ def _dispatch(ns: argparse.Namespace) -> int:
     if ns.cmd == "view":
         from .session import view  # noqa: PLC0415
         view(ns.ring, ns.summary or f"rlscope-top-view-{os.getpid()}.json", ns.interval)
+        return 0
+    if ns.cmd == "compare":
+        from .compare import run as compare  # noqa: PLC0415
+        compare(ns.summary_a, ns.summary_b, ns.steps_a or ns.steps, ns.steps_b or ns.steps, ns.names)
         return 0
     if ns.cmd == "calibrate":
         from .calibrate import run as calibrate  # noqa: PLC0415

@@ -15,6 +15,7 @@ from . import records as R
 from .errors import AttachError, BccMissing, BpfCompileError
 from . import op_rules as rules
 from .probes import ann_region, catalog
+from .probes import frameworks as FW
 from .probes.stack_sampler import StackSampler
 from .probes import loader as L
 from .probes.loader import BccUnavailable, OpCounters, ProbeSet, ThreadCounters
@@ -93,6 +94,8 @@ class Collector:
                                "mujoco): counting Python and on/off-CPU time only; probes attach if one is loaded later")
         elif missing:
             self._note("info", "not loaded (yet): " + ", ".join(missing))
+        for group, syms in self.probes.missing.items():   # a build that lacks a symbol: say so in the summary
+            self._note("warn", f"{group}: {len(syms)} probe(s) not attached: {', '.join(syms)[:300]}")
 
     def tick(self) -> None:
         """Pick up new libraries, drain events, and write one counters record."""
@@ -279,7 +282,7 @@ class Collector:
                               for g in self.probes.groups},
                       missing=self.probes.missing, host=platform.node(), kernel=platform.release(),
                       calibrated=self.probes.calibration.measured, max_overhead_pct=self.budget.max_pct,
-                      tids0=self.probes.tids0, timeline=self.probes.timeline)
+                      tids0=self.probes.tids0, timeline=self.probes.timeline, fw_slots=list(FW.SLOTS))
 
     def _counters(self, now: int | None = None) -> dict:
         now = now or time.monotonic_ns()
@@ -320,6 +323,8 @@ class Collector:
             c = _innermost(tc.depth)
             on = tc.run == 1 or (tc.run == 2 and thread_running(self.pid, tc.tid))
             ns[c][0 if on else 1] += now - tc.last_ts
+            if c == catalog.CAT_BACKEND and tc.fw:     # the same time, to the open call's framework
+                tc.fw["ns"][tc.fw["cur"] % len(FW.SLOTS)][0 if on else 1] += now - tc.last_ts
             op = tc.aop or (self.sampler.current(tc.tid) if self.sampler is not None else 0)
             if op in ops:
                 ops[op].ns[c][0 if on else 1] += now - tc.last_ts
@@ -327,7 +332,8 @@ class Collector:
             self._names[tc.tid] = thread_name(self.pid, tc.tid)
         return R.thread(tid=tc.tid, name=self._names[tc.tid],
                         python=tc.pyflag or tc.opflag or tc.tid == self.pid, exited=tc.exited,
-                        ns=ns, trans=tc.trans, calls=tc.calls, oh=tc.oh)
+                        ns=ns, trans=tc.trans, calls=tc.calls, oh=tc.oh,
+                        fw={k: v for k, v in (tc.fw or {}).items() if k != "cur"} or None)
 
     def _drain_events(self) -> None:
         items, timeline = [], []

@@ -13,24 +13,30 @@ META, COUNTERS, INTERVALS, NOTE, END, MODE, EVENTS = "meta", "ctr", "iv", "note"
 def meta(*, pid: int, command: str, t0_ns: int, wall0: float, interval_s: float, probes: list[dict],
          labels: list[str], groups: dict, missing: dict, host: str, kernel: str,
          calibrated: bool = False, max_overhead_pct: float | None = None, tids0: list | None = None,
-         timeline: bool = False) -> dict:
+         timeline: bool = False, fw_slots: list[str] | None = None) -> dict:
     """Session facts: target, window start, attached probes, whether costs were calibrated."""
     return {"t": META, "v": FORMAT, "pid": pid, "cmd": command, "t0": t0_ns, "wall0": wall0,
             "interval_s": interval_s, "probes": probes, "labels": labels, "groups": groups,
             "missing": missing, "host": host, "kernel": kernel, "calibrated": calibrated,
-            "max_overhead_pct": max_overhead_pct, "tids0": tids0 or [], "timeline": timeline}
+            "max_overhead_pct": max_overhead_pct, "tids0": tids0 or [], "timeline": timeline,
+            "fw_slots": fw_slots or []}
 
 
 def thread(*, tid: int, name: str, python: bool, exited: bool, ns: list, trans: list, calls: list,
-           oh: list) -> dict:
+           oh: list, fw: dict | None = None) -> dict:
     """Cumulative counters of one thread since attach.
 
     ``ns[c] = [on_cpu, off_cpu]`` for categories python, backend, simulator, cuda_api;
     ``trans[a][b]`` counts entries into b from a; ``calls[c]`` outermost entries;
-    ``oh[c]`` calibrated probe cost that landed in category c (on-CPU ns).
+    ``oh[c]`` calibrated probe cost that landed in category c (on-CPU ns);
+    ``fw`` the Backend figures split per framework slot (``meta.fw_slots`` names them):
+    ``{"ns": [[on, off]], "calls": [], "trans": [] (python->backend), "oh": []}``.
     """
-    return {"tid": tid, "name": name, "py": python, "exited": exited, "ns": ns, "trans": trans,
-            "calls": calls, "oh": oh}
+    rec = {"tid": tid, "name": name, "py": python, "exited": exited, "ns": ns, "trans": trans,
+           "calls": calls, "oh": oh}
+    if fw is not None:
+        rec["fw"] = fw
+    return rec
 
 
 def counters(ts: int, threads: list[dict], hits: list[int], overhead_pct: float = 0.0,

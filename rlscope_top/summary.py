@@ -9,6 +9,7 @@ import os
 from rich.console import Console
 from rich.table import Table
 
+from . import frameworks as FW
 from . import operations as O
 from . import gpu_summary
 from .accounting import CATEGORIES, TRANSITIONS, Accounting
@@ -84,6 +85,7 @@ def _sources(acct: Accounting) -> dict:
         src[f"{c}_s"] = src[f"calls.{c}"] = state
     for name, (_, z) in TRANSITIONS.items():
         src[f"transitions.{name}"] = "exact" if CATEGORIES[z] in have else "unavailable"
+    src["frameworks"] = FW.source(acct)
     for cat, mode in acct.modes.items():      # the budget made these cheaper
         src[f"{cat}_s"] = src["python_s"] = "estimated"
         if mode == "off" or acct.samples(cat):
@@ -122,6 +124,7 @@ def build(acct: Accounting, *, ring_path: str = "", dropped: int = 0, detach_s: 
         "shares": _shares(main["totals"]),
         "operations": {"<all>": {**main["totals"], "calls": main["calls"], "transitions": main["transitions"]},
                        **per_op},
+        "frameworks": FW.summarize(acct, [th for th in all_threads if th["py"]], main["totals"], main["calls"]),
         "threads": threads,
         "ranges": {n: {"count": r.count, "total_s": _s(r.total_ns)} for n, r in sorted(acct.ranges.items())},
         "probes": {"attached": {g: {"libs": libs,
@@ -216,6 +219,9 @@ def render(summary: dict, console: Console | None = None) -> None:
     console.print(f"probe hits {oh['probe_hits']:,}  estimated overhead {oh['estimated_s']:.3f}s"
                   f" ({'n/a' if pct is None else f'{pct:.2f}%'} of wall time)  ring drops {summary['ring']['dropped']}",
                   soft_wrap=True)
+    fw_line = FW.render_line(summary)
+    if fw_line:
+        console.print(fw_line, soft_wrap=True)
     _render_operations(summary, console)
     if summary["ranges"]:
         top = sorted(summary["ranges"].items(), key=lambda kv: -kv[1]["total_s"])[:5]

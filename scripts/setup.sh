@@ -62,8 +62,8 @@ if ! .venv/bin/python -c 'import torch, sys; sys.exit(torch.__version__.split("+
 fi
 stamp=.venv/.rlscope-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-  say "installing rlscope-top (editable) with extras demo,test,bench"
-  "${PIP[@]}" -e ".[demo,test,bench]" 2> >(grep -v 'is ignored' >&2)
+  say "installing rlscope-top (editable) with extras demo,test,bench,frameworks"
+  "${PIP[@]}" -e ".[demo,test,bench,frameworks]" 2> >(grep -v 'is ignored' >&2)
   touch "$stamp"
 else
   say "rlscope-top already installed in .venv"

@@ -46,6 +46,23 @@ def ebpf():
         pytest.skip(f"eBPF unavailable: {why}")
 
 
+@pytest.fixture
+def frameworks():
+    """Gate for tests whose targets import TensorFlow and JAX (the `frameworks` extra).
+
+    Missing frameworks skip the test, unless RLSCOPE_REQUIRE_FRAMEWORKS=1 (set by .ci/run),
+    which turns that into a failure. find_spec: no slow import in the test process.
+    """
+    import importlib.util  # noqa: PLC0415
+
+    missing = [m for m in ("tensorflow", "jax", "jaxlib") if importlib.util.find_spec(m) is None]
+    if missing:
+        why = f"not installed: {', '.join(missing)} (pip install -e '.[frameworks]', or scripts/setup.sh)"
+        if os.environ.get("RLSCOPE_REQUIRE_FRAMEWORKS") == "1":
+            pytest.fail(f"RLSCOPE_REQUIRE_FRAMEWORKS=1 but {why}")
+        pytest.skip(why)
+
+
 @pytest.fixture(scope="session")
 def calibration_file(tmp_path_factory) -> str:
     """Run the real `rlscope-top calibrate` once per test session into a private file."""
