@@ -17,6 +17,7 @@ pytestmark = pytest.mark.ebpf
 @pytest.mark.parametrize("how", ["sigint", "sigterm", "target-exit", "duration"])
 def test_every_ending_writes_the_summary(ebpf, target, monitor, tmp_path, how):
     t = target("torch_errors.py", tmp_path / "caught", 12 if how == "target-exit" else 60)
+    # target-exit: the target must outlive attach, which takes 3-7 s on a loaded 2-core VM (BPF compile)
     extra = ("--duration", "2") if how == "duration" else ()
     m, summary = monitor(t.pid, *extra)
     time.sleep(1.0)
