@@ -17,6 +17,8 @@ import signal
 import threading
 import time
 
+from common import timer_cost
+
 ap = argparse.ArgumentParser()
 ap.add_argument("framework", choices=("tf", "jax"))
 ap.add_argument("truth")
@@ -59,15 +61,6 @@ def python_phase() -> int:
     for i in range(args.py_iters):
         x += i * i
     return x
-
-
-def timer_cost() -> int:
-    """What one mono() call adds to a logged interval (median of back-to-back pairs)."""
-    d = []
-    for _ in range(2001):
-        t0 = mono(); t1 = mono()
-        d.append(t1 - t0)
-    return sorted(d)[len(d) // 2]
 
 
 TIMER_NS = timer_cost()

@@ -15,6 +15,8 @@ import sys
 import threading
 import time
 
+from common import timer_cost
+
 import torch
 
 ap = argparse.ArgumentParser()
@@ -64,15 +66,6 @@ def worker() -> None:
             t0 = mono(); r = torch.mm(a, a); t1 = mono()
             log.append(("backend", tid, t0, t1))
             del r     # the tensor is freed outside the op binding: Python time (see README limits)
-
-
-def timer_cost() -> int:
-    """What one mono() call adds to a logged interval (median of back-to-back pairs)."""
-    d = []
-    for _ in range(2001):
-        t0 = mono(); t1 = mono()
-        d.append(t1 - t0)
-    return sorted(d)[len(d) // 2]
 
 
 TIMER_NS = timer_cost()
