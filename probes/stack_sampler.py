@@ -45,6 +45,7 @@ class StackSampler:
         self._cur: dict[int, int] = {}
         self._samples: dict[int, int] = {}        # op id -> samples with it innermost
         self.inclusive: dict[str, int] = {}       # op name -> samples with it anywhere on the stack
+        self.nested: dict[str, dict[str, int]] = {}   # innermost op -> {op on the stack: samples}
         self.total = 0                             # samples of threads that ran Python
         self.invalid = 0                           # torn samples austin marked INVALID (dropped)
         self.proc: subprocess.Popen | None = None
@@ -101,7 +102,7 @@ class StackSampler:
         self.stop()
         new = StackSampler(self.pid, [], hz, self._set_op)
         new.matcher, new.names, new.ids = self.matcher, self.names, self.ids
-        new._cur, new._samples, new.inclusive = self._cur, self._samples, self.inclusive
+        new._cur, new._samples, new.inclusive, new.nested = self._cur, self._samples, self.inclusive, self.nested
         new.total, new.invalid = self.total, self.invalid
         new._cpu_base = (self.cpu_s() or 0.0) + self._cpu_base
         if not new.start():
@@ -171,6 +172,10 @@ class StackSampler:
             self._samples[op] = self._samples.get(op, 0) + 1
         for n in seen:
             self.inclusive[n] = self.inclusive.get(n, 0) + 1
+        if inner:
+            row = self.nested.setdefault(inner, {})
+            for n in seen:
+                row[n] = row.get(n, 0) + 1
         self._apply(tid, op)
 
     def _apply(self, tid: int, op: int) -> None:

@@ -314,6 +314,7 @@ class Collector:
             out.append(R.operation(id=i, name=name, kind=kind, source=src, ns=o.ns, trans=o.trans,
                                    calls=o.calls, oh=o.oh, samples=samples.get(i, 0) if sampled else None,
                                    samples_incl=smp.inclusive.get(name, 0) if sampled else None,
+                                   nested=smp.nested.get(name) if sampled else None,
                                    samples_total=smp.total if sampled else None))
         return out
 

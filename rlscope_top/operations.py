@@ -44,7 +44,7 @@ def raw_rows(acct, measured: dict, estimated: dict) -> list[dict]:
     for o in acct.ops.values():
         ns = {c: [max(0, o["ns"][i][0] - o["oh"][i]), o["ns"][i][1]] for i, c in enumerate(CATEGORIES)}
         rows.append({"name": o["name"], "kind": o.get("kind", ""), "source": o.get("src", "annotated"),
-                     "samples": o.get("samples"), "samples_incl": o.get("samples_incl"),
+                     "samples": o.get("samples"), "samples_incl": o.get("samples_incl"), "nested": o.get("nested"),
                      "samples_total": o.get("samples_total"), "ns": ns,
                      "calls": list(o["calls"]), "trans": [list(r) for r in o["trans"]]})
     m = measured
@@ -116,10 +116,27 @@ def figures(row: dict, have: set[str], wall_total_ns: float) -> dict:
     out["transitions_per_s"] = {n: (round(v / (wall / 1e9), 3) if v is not None and wall else NA)
                                 for n, v in trans.items()}
     if row["samples"] is not None:
-        total = row.get("samples_total") or 0
         out["samples"] = row["samples"]
-        out["inclusive_share"] = round(row["samples_incl"] / total, 6) if total else NA
     return out
+
+
+def inclusive_shares(rows: list[dict], entries: dict) -> None:
+    """Sampled operations' inclusive share: their own share plus, for every operation Y,
+    Y's share times the fraction of Y's samples that had them on the stack.
+
+    The shares are the probes' (exact time, sampled boundaries); only the nesting comes
+    from the samples, as a ratio, so samples austin could not read do not bias it.
+    """
+    nested = {r["name"]: r.get("nested") for r in rows if r.get("nested") is not None}
+    for name, e in entries.items():
+        if e.get("source") != "sampled":
+            continue
+        total = 0.0
+        for inner, counts in nested.items():
+            n = counts.get(inner, 0)
+            if n and entries.get(inner, {}).get("share") is not None:
+                total += entries[inner]["share"] * counts.get(name, 0) / n
+        e["inclusive_share"] = round(total, 6)
 
 
 def simulation_python_ns(rows: list[dict]) -> list[float]:

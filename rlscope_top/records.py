@@ -52,18 +52,19 @@ def counters(ts: int, threads: list[dict], hits: list[int], overhead_pct: float 
 
 def operation(*, id: int, name: str, kind: str, source: str, ns: list, trans: list, calls: list,
               oh: list, samples: int | None = None, samples_incl: int | None = None,
-              samples_total: int | None = None) -> dict:
+              samples_total: int | None = None, nested: dict | None = None) -> dict:
     """Cumulative counters of one operation, summed over threads (same layout as a thread's).
 
     ``kind`` is "simulation" or ""; ``source`` is "annotated" (exact boundaries) or
     "sampled" (boundaries seen by the stack sampler). Sampled only: ``samples`` counts
     the stack samples with it innermost, ``samples_incl`` those with it anywhere on
-    the stack, ``samples_total`` all samples so far.
+    the stack, ``samples_total`` all samples so far, ``nested`` {op: samples} counts the
+    operations on the stack of the samples with this one innermost (itself included).
     """
     r = {"id": id, "name": name, "kind": kind, "src": source, "ns": ns, "trans": trans,
          "calls": calls, "oh": oh}
     if samples is not None:
-        r.update(samples=samples, samples_incl=samples_incl, samples_total=samples_total)
+        r.update(samples=samples, samples_incl=samples_incl, samples_total=samples_total, nested=nested or {})
     return r
 
 

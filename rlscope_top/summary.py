@@ -57,6 +57,7 @@ def _figures(acct: Accounting, threads: list[dict], wall_s: float, ops: bool = F
     if ops:
         cat_total = sum(sum(v) for v in split.values())
         out["operations"] = {r["name"]: O.figures(r, have, cat_total) for r in rows}
+        O.inclusive_shares(rows, out["operations"])
     return out
 
 

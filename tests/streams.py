@@ -55,7 +55,8 @@ def op_records():
                             calls=[0, 700, 0, 0], oh=[0, 30 * MS, 0, 0])
     env = R.operation(id=4096, name="env", kind="simulation", source="sampled",
                       ns=[[100 * MS, 0], [0, 0], [300 * MS, 100 * MS], [0, 0]], trans=_trans(py_sim=23),
-                      calls=[0, 0, 23, 0], oh=[0, 0, 0, 0], samples=50, samples_incl=50, samples_total=156)
+                      calls=[0, 0, 23, 0], oh=[0, 0, 0, 0], samples=50, samples_incl=50, samples_total=156,
+                      nested={"env": 50})
     return [inference, env]
 
 

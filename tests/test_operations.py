@@ -54,7 +54,7 @@ def test_python_inside_a_simulation_operation_counts_as_simulation():
     # the totals follow the same rule: 0.1 s of Python moved to the simulator
     assert s["totals"]["python_s"] == pytest.approx(0.7) and s["totals"]["simulator_s"] == pytest.approx(0.5)
     assert s["simulation_split"] == {"python_s": pytest.approx(0.1), "native_s": pytest.approx(0.4)}
-    assert env["samples"] == 50 and env["inclusive_share"] == pytest.approx(50 / 156, abs=1e-6)
+    assert env["samples"] == 50 and env["inclusive_share"] == pytest.approx(env["share"], abs=1e-6)
 
 
 def test_no_operations_leaves_only_all():
@@ -107,6 +107,10 @@ def test_sampler_feed_sets_the_kernel_op_only_on_change():
     assert calls == [(7, cr), (7, 0)]
     assert smp.samples() == {cr: 2} and smp.total == 3 and smp.invalid == 1
     assert smp.inclusive == {"collect_rollouts": 2}
+    assert smp.nested == {"collect_rollouts": {"collect_rollouts": 2}}
+    sim = f"{SB3}:OnPolicyAlgorithm.collect_rollouts:200;/v/site-packages/gymnasium/core.py:Env.step:1"
+    smp.feed(f"P1;T0:7;/w/t.py:<module>:3;{sim} 10000")
+    assert smp.nested["simulation"] == {"simulation": 1, "collect_rollouts": 1}
 
 
 # -- the annotation API --------------------------------------------------------
