@@ -36,6 +36,20 @@ def touch(path: str) -> None:
         pass
 
 
+def counted(go: str, done: str, body, announce: bool = True) -> None:
+    """Say ready, run body() once the go file appears, say done, then idle until stopped.
+
+    The body makes the known number of calls: nothing else probed runs in between.
+    """
+    if announce:
+        ready()
+    wait_for(go)
+    body()
+    touch(done)
+    while True:
+        time.sleep(0.05)
+
+
 class Truth:
     """Phase intervals in CLOCK_MONOTONIC ns, dumped as JSON on SIGTERM/SIGINT."""
 

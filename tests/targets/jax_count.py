@@ -8,23 +8,23 @@ usage: jax_count.py N W GO DONE
 
 import os
 import sys
-import time
 
 os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false")
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
-from common import ready, touch, wait_for  # noqa: E402
+from common import counted  # noqa: E402
 
 n, waits, go, done = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
 f = jax.jit(lambda x: x @ x + 1.0)
 x = jnp.ones((32, 32))
 f(x).block_until_ready()
-ready()
-wait_for(go)
-out = [f(x) for _ in range(n)]
-for y in out[:waits]:
-    y.block_until_ready()
-touch(done)
-while True:
-    time.sleep(0.05)
+
+
+def body():
+    out = [f(x) for _ in range(n)]
+    for y in out[:waits]:
+        y.block_until_ready()
+
+
+counted(go, done, body)

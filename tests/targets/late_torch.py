@@ -1,9 +1,8 @@
 """Start without torch; import it after the go file, then issue N torch.mm calls."""
 
 import sys
-import time
 
-from common import ready, touch, wait_for
+from common import counted, ready, touch, wait_for
 
 n, go_import, imported, go_call, done = int(sys.argv[1]), *sys.argv[2:6]
 ready()
@@ -13,9 +12,11 @@ import torch  # noqa: E402 - loaded after attach on purpose
 torch.set_num_threads(1)
 a = torch.randn(16, 16)
 touch(imported)
-wait_for(go_call)
-for _ in range(n):
-    torch.mm(a, a)
-touch(done)
-while True:
-    time.sleep(0.05)
+
+
+def body():
+    for _ in range(n):
+        torch.mm(a, a)
+
+
+counted(go_call, done, body, announce=False)    # ready was said before the import

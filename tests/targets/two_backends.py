@@ -6,14 +6,13 @@ usage: two_backends.py T J W GO DONE
 
 import os
 import sys
-import time
 
 os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false")
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import torch  # noqa: E402
 
-from common import ready, touch, wait_for  # noqa: E402
+from common import counted  # noqa: E402
 
 n_torch, n_jax, n_wait, go, done = (*map(int, sys.argv[1:4]), sys.argv[4], sys.argv[5])
 torch.set_num_threads(1)
@@ -22,13 +21,14 @@ f = jax.jit(lambda x: x @ x + 1.0)
 x = jnp.ones((32, 32))
 torch.mm(a, a)
 f(x).block_until_ready()
-ready()
-wait_for(go)
-for _ in range(n_torch):
-    torch.mm(a, a)
-out = [f(x) for _ in range(n_jax)]
-for y in out[:n_wait]:
-    y.block_until_ready()
-touch(done)
-while True:
-    time.sleep(0.05)
+
+
+def body():
+    for _ in range(n_torch):
+        torch.mm(a, a)
+    out = [f(x) for _ in range(n_jax)]
+    for y in out[:n_wait]:
+        y.block_until_ready()
+
+
+counted(go, done, body)
