@@ -63,9 +63,10 @@ def parse(spec: str) -> Rule:
     if not sep or not name or not pattern:
         raise UsageError(f"bad --op rule {spec!r}: expected NAME=PATTERN",
                          hint="e.g. --op rollout='*/train.py:collect' or --op update=update_policy")
-    kind = ""
-    if name.endswith(":simulation"):
-        name, kind = name[: -len(":simulation")], SIMULATION
+    name, colon, kind = name.partition(":")
+    if colon and kind != SIMULATION or not name:
+        raise UsageError(f"bad --op rule {spec!r}: the only kind after NAME: is 'simulation'",
+                         hint="e.g. --op env:simulation=step_env, or --op rollout=collect_batch")
     return Rule(name, pattern, kind, user=True)
 
 

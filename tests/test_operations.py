@@ -88,7 +88,7 @@ def test_user_rules_win_over_builtin_ones_at_the_same_frame():
     assert Matcher([r]).match(["/a.py:World.step_env"])[0] == "env"
 
 
-@pytest.mark.parametrize("bad", ["noequals", "=pat", "name=", "  =  "])
+@pytest.mark.parametrize("bad", ["noequals", "=pat", "name=", "  =  ", "x:weird=y", ":simulation=y", "x:=y"])
 def test_bad_rules_are_usage_errors(bad):
     with pytest.raises(UsageError) as e:
         parse(bad)
