@@ -6,7 +6,8 @@
   out of order within ``REORDER_NS``; later ones are still binned, capped at the bin
   length, and counted in ``late``.
 - The CPU side of the overlap comes from the counters records: on-CPU time of the
-  Python threads per collector tick (see :mod:`rlscope_top.gpu_summary`).
+  Python threads per collector tick, and each operation's on-CPU and wall time per
+  tick (see :mod:`rlscope_top.gpu_summary`).
 - NVML samples and the time blocked in synchronize calls are kept as they come.
 """
 
@@ -20,6 +21,7 @@ from . import gpu_records as G
 from . import records as R
 from .engine import union
 
+NONE_OP = "<none>"           # the operations table's name for time outside every operation
 BIN_NS = 10_000_000
 REORDER_NS = 3_000_000_000      # GPU records reach the ring ~1.5 s after they happen (flush + join wait)
 PENDING_MAX = 20_000
@@ -169,6 +171,9 @@ class GpuAccounting:
         self.sync_calls: dict[str, int] = {}
         self.cpu_ticks: list[tuple[int, int, int]] = []   # (t0, t1, on-CPU ns of Python threads)
         self._cpu_prev: tuple[int, int] | None = None
+        self.op_ticks: list[dict[str, tuple[int, int]]] = []   # per cpu tick: op -> (on-CPU ns, wall ns)
+        self._op_prev: tuple[tuple[int, int], dict[str, tuple[int, int]]] = ((0, 0), {})
+        self.op_overlap_cache: tuple[int, dict] = (0, {})
         self.raw: list[tuple[int, int]] | None = None     # every interval, only with --timeline
         self.overlap_cache: tuple[int, dict] = (0, {})    # ticks whose overlap can no longer change
 
@@ -232,7 +237,31 @@ class GpuAccounting:
             u.finalize(ts - REORDER_NS)
         if self._cpu_prev is not None and ts > self._cpu_prev[0]:
             self.cpu_ticks.append((self._cpu_prev[0], ts, max(0, on - self._cpu_prev[1])))
+            self.op_ticks.append(self._op_tick(r))
+        else:
+            self._op_tick(r)
         self._cpu_prev = (ts, on)
+
+    def _op_tick(self, r: dict) -> dict[str, tuple[int, int]]:
+        """Each operation's (on-CPU, wall) ns since the previous counters, and ``<none>``'s:
+        the Python threads' time outside every operation."""
+        py = _on_wall(ns for th in r["threads"] if th.get("py") for ns in th["ns"])
+        cur: dict[str, tuple[int, int]] = {}
+        for o in r.get("ops", ()):     # a name may be both annotated and sampled: add them up
+            on, wall = _on_wall(o["ns"])
+            was = cur.get(o["name"], (0, 0))
+            cur[o["name"]] = (was[0] + on, was[1] + wall)
+        cum = {**self._op_prev[1], **cur}
+        (py_on0, py_wall0), prev = self._op_prev
+        tick = {n: (max(0, on - prev.get(n, (0, 0))[0]), max(0, wall - prev.get(n, (0, 0))[1]))
+                for n, (on, wall) in cum.items()}
+        tick = {n: v for n, v in tick.items() if v[1] > 0}
+        none_on = max(0, py[0] - py_on0 - sum(v[0] for v in tick.values()))
+        none_wall = max(0, py[1] - py_wall0 - sum(v[1] for v in tick.values()))
+        if none_wall:
+            tick[NONE_OP] = (min(none_on, none_wall), none_wall)
+        self._op_prev = (py, cum)
+        return tick
 
     def unions(self) -> list[BusyUnion]:
         """Every busy union kept (overall, per operation, per device)."""
@@ -241,6 +270,14 @@ class GpuAccounting:
     def kernel_name(self, nid: int) -> str:
         """A kernel's name (``kernel#N`` when its name record was lost to an overrun)."""
         return self.names.get(nid, f"kernel#{nid}")
+
+
+def _on_wall(ns_pairs) -> tuple[int, int]:
+    """(on-CPU, on + off-CPU) ns of [[on, off], ...] category pairs."""
+    on = off = 0
+    for a, b in ns_pairs:
+        on, off = on + a, off + b
+    return on, on + off
 
 
 def _count(acc: OpGpu, it: list) -> None:

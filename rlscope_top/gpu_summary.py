@@ -38,6 +38,7 @@ def apply(doc: dict, acct) -> None:
     have = g.have_activity
     steps, steps_from = _steps(doc)
     ov, ov_source = (_overlap(g, acct, t0, t1) if have else (NA, "unavailable"))
+    op_ov = _op_overlap(g, t0, t1) if have else {}
     doc["totals"]["gpu_s"] = _s(g.all.busy.busy(t0, t1)) if have else NA
     doc["totals"]["overlap_s"] = ov
     for name in g.ops:
@@ -45,7 +46,7 @@ def apply(doc: dict, acct) -> None:
     for name, entry in doc["operations"].items():
         acc = g.all if name == "<all>" else g.ops.get(name)
         entry["gpu_s"] = _s(acc.busy.busy(t0, t1)) if have and acc is not None else NA
-        entry["overlap_s"] = ov if name == "<all>" else NA      # CPU time per operation lands with operations
+        entry["overlap_s"] = ov if name == "<all>" else op_ov.get(name, NA)
         entry["gpu"] = _op_figures(acc, wall, steps if name == "<all>" else NA, steps_from) if have and acc else NA
     cuda = _cuda_api(doc, g, wall)
     nvml = _nvml(g, t0, t1, wall, have)
@@ -67,6 +68,7 @@ def apply(doc: dict, acct) -> None:
     }
     doc["sources"]["gpu_s"] = "exact" if have else "unavailable"
     doc["sources"]["overlap_s"] = ov_source
+    doc["sources"]["operations.overlap_s"] = "estimated" if have else "unavailable"
     doc["sources"]["gpu.nvml"] = "sampled" if nvml["available"] else "unavailable"
     doc["sources"]["gpu.cuda_api.sync_blocked_s"] = "exact" if cuda["sync_blocked_s"] is not None else "unavailable"
 
@@ -122,6 +124,44 @@ def _overlap(g: GpuAccounting, acct, t0: int, t1: int) -> tuple[dict, str]:
             cached = g.overlap_cache[1]
     out["idle"] = max(0.0, (t1 - t0) - out["both"] - out["cpu_only"] - out["gpu_only"])
     return {k: _s(v) for k, v in out.items()}, "estimated"
+
+
+def _op_overlap(g: GpuAccounting, t0: int, t1: int) -> dict[str, dict]:
+    """Per operation: CPU-only / GPU-only / both / idle seconds of its own wall time.
+
+    Per collector tick, the operation's on-CPU time is split by the share of the tick in
+    which the GPU was busy (with any activity), and so is the rest of its wall time (the
+    thread off CPU: waiting, often on the GPU). Ticks that can no longer change are
+    summed once and cached.
+    """
+    done, cached = g.op_overlap_cache
+    out = {n: dict(v) for n, v in cached.items()}
+    for i in range(done, min(len(g.cpu_ticks), len(g.op_ticks))):
+        a, b, _cpu = g.cpu_ticks[i]
+        lo, hi = max(a, t0), min(b, t1)
+        if hi <= lo:
+            continue
+        f = min(g.all.busy.busy(a, b), b - a) / (b - a)
+        part = {n: _split(on, wall, f, (hi - lo) / (b - a)) for n, (on, wall) in g.op_ticks[i].items()}
+        _add(out, part)
+        if i == done and b <= g.all.busy.done_until and a >= t0 and b <= t1:
+            done += 1
+            _add(cached, part)
+            g.op_overlap_cache = (done, cached)
+    return {n: {k: _s(v[k]) for k in OVERLAP_KEYS} for n, v in out.items()}
+
+
+def _split(on: int, wall: int, gpu_frac: float, scale: float) -> dict:
+    on, off = on * scale, max(0, wall - on) * scale
+    return {"both": on * gpu_frac, "cpu_only": on * (1 - gpu_frac),
+            "gpu_only": off * gpu_frac, "idle": off * (1 - gpu_frac)}
+
+
+def _add(into: dict, part: dict) -> None:
+    for n, d in part.items():
+        acc = into.setdefault(n, dict.fromkeys(OVERLAP_KEYS, 0.0))
+        for k, v in d.items():
+            acc[k] += v
 
 
 def _tick_overlap(g: GpuAccounting, a: int, b: int, cpu: int) -> dict:

@@ -236,16 +236,27 @@ def _render_operations(summary: dict, console: Console) -> None:
         return
     table = Table(title="operations (src: a annotated, s sampled)", title_justify="left", show_edge=False,
                   pad_edge=False)
+    gpu = summary["totals"].get("gpu_s") is not None
     table.add_column("operation", no_wrap=True, max_width=24)
-    for col in ("src", "time", "share", "Py", "Be", "Sim", "CUDA", "py->be", "/s"):
+    cols = ("src", "time", "share", "Py", "Be", "Sim", "CUDA", "py->be", "/s") + (("GPU", "cpu+gpu", "gpu-only") if gpu else ())
+    for col in cols:
         table.add_column(col, justify="left" if col == "src" else "right", no_wrap=True)
     for name, o in sorted(ops.items(), key=lambda kv: -kv[1]["wall_s"]):
         sh = o["shares"]
         table.add_row(name, {"annotated": "a", "sampled": "s"}.get(o["source"], ""), f"{o['wall_s']:.2f}s",
                       _pct(o["share"]), *(_pct(sh.get(c)) for c in CATEGORIES),
                       _fmt(o["transitions"].get("python->backend")),
-                      _rate(o["transitions_per_s"].get("python->backend")))
+                      _rate(o["transitions_per_s"].get("python->backend")), *(_gpu_cells(o) if gpu else ()))
     console.print(table)
+
+
+def _gpu_cells(o: dict) -> tuple[str, str, str]:
+    """GPU time launched from the operation; shares of its wall time with the GPU busy."""
+    ov = o.get("overlap_s") or {}
+    whole = sum(ov.values())
+    share = (lambda k: _pct(ov[k] / whole)) if whole else (lambda k: "n/a")
+    gs = o.get("gpu_s")
+    return ("n/a" if gs is None else f"{gs:.3f}s", share("both"), share("gpu_only"))
 
 
 def _pct(v) -> str:

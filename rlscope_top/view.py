@@ -99,7 +99,8 @@ class ViewModel:
         return {"name": name, "source": {"remainder": ""}.get(op["source"], op["source"]), "_wall": wall,
                 "shares": {c: (v / wall if wall else 0.0) for c, v in secs.items()},
                 "transitions_per_s": trans / wall if wall else 0.0, "calls_per_s": calls / wall if wall else 0.0,
-                "transitions": trans, "calls": calls}
+                "transitions": trans, "calls": calls,
+                "gpu_s": op.get("gpu_s"), "overlap_s": op.get("overlap_s")}     # whole session (GPU records lag)
 
     def _since_reset(self, s: dict) -> dict:
         b = self._base

@@ -4,6 +4,11 @@ A 4-second session of one Python thread on a CUDA policy: the collector ticks ev
 0.25 s; in every tick the thread is on a CPU for 200 ms and the GPU runs 10 kernels of
 5 ms each, back to back (50 ms busy per tick: 20% GPU-bound). NVML says 100% busy the
 whole time (nvidia-smi's inflated view). There are 8 optimizer steps.
+
+With ``ops=True`` the thread's time is split between two annotated operations and time
+outside them, per tick: inference 100 ms on CPU + 20 off, train 60 + 20, <none> 40 + 10
+(OP_TICK). The GPU is busy 20% of every tick, so each operation's overlap is its on-CPU
+time x 0.2 (both) and x 0.8 (CPU only), its off-CPU time x 0.2 (GPU only) and x 0.8 (idle).
 """
 
 from rlscope_top import gpu_records as G
@@ -16,6 +21,7 @@ TICKS = 16
 ON_PER_TICK = 200 * MS
 KERNELS_PER_TICK, KERNEL = 10, 5 * MS
 STEPS = 8
+OP_TICK = {"inference": (100 * MS, 20 * MS), "train": (60 * MS, 20 * MS), "<none>": (40 * MS, 10 * MS)}
 
 
 def _meta():
@@ -26,22 +32,32 @@ def _meta():
                   groups={"cudart": ["/x/libcudart.so.13"]}, missing={}, host="h", kernel="k")
 
 
-def _ctr(i, launches):
+def _ctr(i, launches, ops=False):
     th = R.thread(tid=42, name="python", python=True, exited=False,
                   ns=[[i * ON_PER_TICK, i * (TICK - ON_PER_TICK)], [0, 0], [0, 0], [0, 0]],
                   trans=[[0] * 4 for _ in range(4)], calls=[0, 0, 0, 0], oh=[0, 0, 0, 0])
-    return R.counters(T0 + i * TICK, [th], [launches, 2 * i])
+    return R.counters(T0 + i * TICK, [th], [launches, 2 * i], ops=_ops(i) if ops else None)
 
 
-def _kernels(i):
+def _ops(i):
+    """Cumulative operation records after i ticks (Python time only: on, off CPU)."""
+    return [R.operation(id=k + 1, name=n, kind="", source="annotated",
+                        ns=[[i * on, i * off], [0, 0], [0, 0], [0, 0]], trans=[[0] * 4 for _ in range(4)],
+                        calls=[0, 0, 0, 0], oh=[0, 0, 0, 0])
+            for k, (n, (on, off)) in enumerate(OP_TICK.items()) if n != "<none>"]
+
+
+def _kernels(i, ops=False):
+    """The tick's kernels; with ops, launched alternately from inference and train."""
     items = []
     for k in range(KERNELS_PER_TICK):
         a = T0 + i * TICK + 100 * MS + k * KERNEL
-        items.append(G.activity(G.KERNEL, a, a + KERNEL, 0, 7, 1000 * i + k, 42, a - 20_000, G.ALL_OP, k % 2))
+        op = ("inference", "train")[k % 2] if ops else G.ALL_OP
+        items.append(G.activity(G.KERNEL, a, a + KERNEL, 0, 7, 1000 * i + k, 42, a - 20_000, op, k % 2))
     return items
 
 
-def gpu_stream(cupti: bool = True, nvml: bool = True, end: bool = True) -> list[dict]:
+def gpu_stream(cupti: bool = True, nvml: bool = True, end: bool = True, ops: bool = False) -> list[dict]:
     """The session; ``cupti=False`` is the same job without the agent (CPU-side figures only)."""
     out = [_meta()]
     if cupti:
@@ -50,15 +66,15 @@ def gpu_stream(cupti: bool = True, nvml: bool = True, end: bool = True) -> list[
         out.append(G.status(T0, "cupti", False, "no_agent", G.HOW_TO))
     out.append(G.status(T0, "nvml", True, "ok", "NVML: sampling 1 GPU(s): NVIDIA H100") if nvml else
                G.status(T0, "nvml", False, "unavailable", "NVML: libnvidia-ml.so not found (no NVIDIA driver)"))
-    out.append(_ctr(0, 0))
+    out.append(_ctr(0, 0, ops))
     for i in range(1, TICKS + 1):
         if cupti:
-            out.append(G.gpu(_kernels(i - 1), {0: "ampere_sgemm_32x32", 1: "elementwise_tanh"} if i == 1 else {}))
+            out.append(G.gpu(_kernels(i - 1, ops), {0: "ampere_sgemm_32x32", 1: "elementwise_tanh"} if i == 1 else {}))
         if nvml:
             out.append(G.nvml(T0 + i * TICK, 0, "NVIDIA H100",
                               util=[[T0 + i * TICK - 166 * MS, 100], [T0 + i * TICK - 83 * MS, 100]],
                               mem_util=[[T0 + i * TICK, 3]], mem_used=3 << 30, mem_total=80 << 30))
-        out.append(_ctr(i, KERNELS_PER_TICK * i))
+        out.append(_ctr(i, KERNELS_PER_TICK * i, ops))
         out.append(G.sync(T0 + i * TICK, {"cudaStreamSynchronize": i * 30 * MS}, {"cudaStreamSynchronize": 2 * i}))
     out.append(R.intervals([R.interval(42, "range", "Optimizer.step#Adam.step", T0 + s * 500 * MS,
                                        T0 + s * 500 * MS + MS) for s in range(STEPS)]))

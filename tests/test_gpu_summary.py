@@ -58,6 +58,22 @@ def test_overlap_splits_wall_time():
     assert s["sources"]["overlap_s"] == "estimated"
 
 
+def test_overlap_per_operation():
+    """Each operation's own wall time split by whether the GPU was busy (20% of every tick);
+    the operations (with <none>) add up to the total overlap."""
+    s = _summary(ops=True)
+    ops, total = s["operations"], s["totals"]["overlap_s"]
+    for name, (on, off) in GS.OP_TICK.items():
+        ov = ops[name]["overlap_s"]
+        want = {"both": on * 0.2, "cpu_only": on * 0.8, "gpu_only": off * 0.2, "idle": off * 0.8}
+        for k, v in want.items():
+            assert ov[k] == pytest.approx(GS.TICKS * v / 1e9, abs=1e-5), (name, k, ov)
+    for k in total:
+        assert sum(ops[n]["overlap_s"][k] for n in GS.OP_TICK) == pytest.approx(total[k], abs=1e-5), k
+    assert s["sources"]["operations.overlap_s"] == "estimated"
+    assert _summary()["operations"]["<all>"]["overlap_s"] == total    # the operations change no total
+
+
 def test_nvidia_smi_contrast():
     s = _summary()
     c = s["gpu"]["contrast"]
@@ -96,3 +112,14 @@ def test_printed_summary_has_the_gpu_lines():
     out = buf.getvalue()
     assert "GPU: busy 0.800s (20.0%)" in out and "kernels 160" in out and "20.0/step" in out
     assert "nvidia-smi util 100.0% vs true GPU-bound 20.0%: ratio 5.0x" in out
+
+
+def test_printed_operations_have_their_gpu_overlap():
+    buf = io.StringIO()
+    S.render(_summary(ops=True), Console(file=buf, width=200))
+    rows = {line.split()[0]: [c.strip() for c in line.split("│")]
+            for line in buf.getvalue().splitlines() if line.startswith(("inference", "train"))}
+    assert "cpu+gpu" in buf.getvalue() and "gpu-only" in buf.getvalue()
+    # inference: both 20 ms and GPU-only 4 ms of its 120 ms per tick; it launched 5 of the 10 kernels
+    assert rows["inference"][-3:] == ["0.400s", "17%", "3%"], rows["inference"]
+    assert rows["train"][-3:] == ["0.400s", "15%", "5%"], rows["train"]

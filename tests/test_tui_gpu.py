@@ -59,3 +59,20 @@ def test_snapshot_gpu(snap_compare, tmp_path, size):
 def test_snapshot_no_gpu(snap_compare, tmp_path):
     ring = _ring(tmp_path, "none", cupti=False, nvml=False)
     assert snap_compare(RlscopeApp(ring, str(tmp_path / "s.json"), clock=FROZEN), terminal_size=(100, 30))
+
+
+def test_operation_details_show_its_gpu_time_and_overlap(tmp_path):
+    """Enter on an operation's row: the GPU time it launched and its own overlap split."""
+    app = RlscopeApp(_ring(tmp_path, "ops", ops=True), str(tmp_path / "s.json"), clock=FROZEN)
+    seen = {}
+
+    async def go():
+        async with app.run_test(size=(160, 40), notifications=True) as pilot:
+            await pilot.pause()
+            app.query_one("#ops").focus()
+            await pilot.press("down", "enter")          # <all> stays on top; inference is next
+            await pilot.pause()
+            seen["notes"] = [n.message for n in app._notifications]
+    asyncio.run(go())
+    note = next(n for n in seen["notes"] if n.startswith("inference"))
+    assert "GPU 0.400s launched here; of its wall time: CPU+GPU 17%, GPU only 3%, CPU only 67%, idle 13%" in note

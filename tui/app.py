@@ -58,6 +58,17 @@ def spark(values: list[float], width: int = 16) -> str:
     return "".join(SPARK[min(7, int(v / 100 * 7.999))] for v in vals)
 
 
+def _gpu_detail(op: dict) -> str:
+    """An operation's GPU time and overlap for its details notice ('' without GPU activity)."""
+    ov = op.get("overlap_s")
+    if op.get("gpu_s") is None or not ov:
+        return ""
+    whole = sum(ov.values()) or 1.0
+    return (f"; GPU {op['gpu_s']:.3f}s launched here; of its wall time: CPU+GPU {100 * ov['both'] / whole:.0f}%, "
+            f"GPU only {100 * ov['gpu_only'] / whole:.0f}%, CPU only {100 * ov['cpu_only'] / whole:.0f}%, "
+            f"idle {100 * ov['idle'] / whole:.0f}%")
+
+
 def _fmt_s(v) -> str:
     return "n/a" if v is None else f"{v:,.2f}s"
 
@@ -240,8 +251,8 @@ class RlscopeApp(App):
             if op:
                 parts = "  ".join(f"{LABELS[c]} {100 * v:.1f}%" for c, v in op["shares"].items())
                 src = f" ({op['source']})" if op["source"] else ""
-                self.notify(f"{key}{src}: {parts}; {op['calls']:,} calls, {op['transitions']:,} transitions",
-                            title="operation")
+                self.notify(f"{key}{src}: {parts}; {op['calls']:,} calls, {op['transitions']:,} transitions"
+                            + _gpu_detail(op), title="operation")
         elif table == "threads":
             th = next((t for t in self.last["threads"] if str(t["tid"]) == key), None)
             if th:
