@@ -47,7 +47,9 @@ def apply(doc: dict, acct) -> None:
         acc = g.all if name == "<all>" else g.ops.get(name)
         entry["gpu_s"] = _s(acc.busy.busy(t0, t1)) if have and acc is not None else NA
         entry["overlap_s"] = ov if name == "<all>" else op_ov.get(name, NA)
-        entry["gpu"] = _op_figures(acc, wall, steps if name == "<all>" else NA, steps_from) if have and acc else NA
+        # rates per second of the operation's own wall time, as its transitions_per_s
+        op_wall = int(entry["wall_s"] * 1e9) if name != "<all>" and entry.get("wall_s") else wall
+        entry["gpu"] = _op_figures(acc, op_wall, steps, steps_from) if have and acc else NA
     cuda = _cuda_api(doc, g, wall)
     nvml = _nvml(g, t0, t1, wall, have)
     busy_pct = _pct(g.all.busy.busy(t0, t1), wall) if have else NA

@@ -114,6 +114,16 @@ def test_printed_summary_has_the_gpu_lines():
     assert "nvidia-smi util 100.0% vs true GPU-bound 20.0%: ratio 5.0x" in out
 
 
+def test_per_operation_launches_per_step_and_per_second_of_the_operation():
+    s = _summary(ops=True)
+    inf = s["operations"]["inference"]["gpu"]                 # 5 of the 10 kernels of each tick
+    assert inf["kernels"] == 5 * GS.TICKS and inf["steps"] == GS.STEPS
+    assert inf["launches_per_step"] == pytest.approx(5 * GS.TICKS / GS.STEPS)
+    assert inf["launches_per_s"] == pytest.approx(5 / 0.120, rel=1e-4)     # inference runs 120 ms a tick
+    assert inf["mean_kernel_us"] == pytest.approx(5000.0)
+    assert s["operations"]["<all>"]["gpu"]["launches_per_s"] == pytest.approx(10 / 0.250)
+
+
 def test_printed_operations_have_their_gpu_overlap():
     buf = io.StringIO()
     S.render(_summary(ops=True), Console(file=buf, width=200))
