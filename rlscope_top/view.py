@@ -100,7 +100,7 @@ class ViewModel:
                 "shares": {c: (v / wall if wall else 0.0) for c, v in secs.items()},
                 "transitions_per_s": trans / wall if wall else 0.0, "calls_per_s": calls / wall if wall else 0.0,
                 "transitions": trans, "calls": calls,
-                "gpu_s": op.get("gpu_s"), "overlap_s": op.get("overlap_s")}     # whole session (GPU records lag)
+                "gpu_s": op.get("gpu_s"), "overlap_s": op.get("overlap_s"), "gpu": op.get("gpu")}     # whole session (GPU records lag)
 
     def _since_reset(self, s: dict) -> dict:
         b = self._base

@@ -75,4 +75,5 @@ def test_operation_details_show_its_gpu_time_and_overlap(tmp_path):
             seen["notes"] = [n.message for n in app._notifications]
     asyncio.run(go())
     note = next(n for n in seen["notes"] if n.startswith("inference"))
-    assert "GPU 0.400s launched here; of its wall time: CPU+GPU 17%, GPU only 3%, CPU only 67%, idle 13%" in note
+    assert ("GPU 0.400s launched here, 10.0 kernels/step; of its wall time: CPU+GPU 17%, GPU only 3%, "
+            "CPU only 67%, idle 13%") in note

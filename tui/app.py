@@ -64,9 +64,11 @@ def _gpu_detail(op: dict) -> str:
     if op.get("gpu_s") is None or not ov:
         return ""
     whole = sum(ov.values()) or 1.0
-    return (f"; GPU {op['gpu_s']:.3f}s launched here; of its wall time: CPU+GPU {100 * ov['both'] / whole:.0f}%, "
-            f"GPU only {100 * ov['gpu_only'] / whole:.0f}%, CPU only {100 * ov['cpu_only'] / whole:.0f}%, "
-            f"idle {100 * ov['idle'] / whole:.0f}%")
+    g = op.get("gpu") or {}
+    per_step = f", {g['launches_per_step']:,.1f} kernels/step" if g.get("launches_per_step") is not None else ""
+    return (f"; GPU {op['gpu_s']:.3f}s launched here{per_step}; of its wall time: CPU+GPU "
+            f"{100 * ov['both'] / whole:.0f}%, GPU only {100 * ov['gpu_only'] / whole:.0f}%, "
+            f"CPU only {100 * ov['cpu_only'] / whole:.0f}%, idle {100 * ov['idle'] / whole:.0f}%")
 
 
 def _fmt_s(v) -> str:
