@@ -70,10 +70,15 @@ def test_operation_details_show_its_gpu_time_and_overlap(tmp_path):
         async with app.run_test(size=(160, 40), notifications=True) as pilot:
             await pilot.pause()
             app.query_one("#ops").focus()
-            await pilot.press("down", "enter")          # <all> stays on top; inference is next
+            await pilot.press("down")                   # <all> stays on top; inference is next
+            app.refresh_view()                          # the once-a-second refresh keeps the selection
+            await pilot.pause()
+            seen["cursor"] = app.query_one("#ops").cursor_row
+            await pilot.press("enter")
             await pilot.pause()
             seen["notes"] = [n.message for n in app._notifications]
     asyncio.run(go())
+    assert seen["cursor"] == 1
     note = next(n for n in seen["notes"] if n.startswith("inference"))
     assert ("GPU 0.400s launched here, 10.0 kernels/step; of its wall time: CPU+GPU 17%, GPU only 3%, "
             "CPU only 67%, idle 13%") in note

@@ -58,6 +58,19 @@ def spark(values: list[float], width: int = 16) -> str:
     return "".join(SPARK[min(7, int(v / 100 * 7.999))] for v in vals)
 
 
+def _refill(t: DataTable, rows: list[tuple[str, tuple]]) -> None:
+    """Replace a table's rows ((key, cells) pairs), keeping the cursor on the same row by key:
+    a refresh every second must not move the user's selection."""
+    keep = None
+    if t.row_count and 0 <= t.cursor_row < t.row_count:
+        keep = t.coordinate_to_cell_key(t.cursor_coordinate).row_key
+    t.clear()
+    for key, cells in rows:
+        t.add_row(*cells, key=key)
+    if keep is not None and keep in t.rows:
+        t.move_cursor(row=t.get_row_index(keep), animate=False, scroll=False)
+
+
 def _gpu_detail(op: dict) -> str:
     """An operation's GPU time and overlap for its details notice ('' without GPU activity)."""
     ov = op.get("overlap_s")
@@ -183,29 +196,27 @@ class RlscopeApp(App):
         b.set_class(bool(text), "show")
 
     def _ops(self, s: dict) -> None:
-        t = self.query_one("#ops", DataTable)
-        t.clear()
         width = max(10, min(40, self.size.width - 60))
-        for op in self._sorted("ops", s["operations"]):
-            t.add_row(op["name"], op["source"], f"{100 * op['wall_share']:.0f}%", stacked_bar(op["shares"], width),
-                      f"{op['transitions_per_s']:,.0f}", f"{op['calls_per_s']:,.0f}", key=op["name"])
+        _refill(self.query_one("#ops", DataTable), [
+            (op["name"], (op["name"], op["source"], f"{100 * op['wall_share']:.0f}%", stacked_bar(op["shares"], width),
+                          f"{op['transitions_per_s']:,.0f}", f"{op['calls_per_s']:,.0f}"))
+            for op in self._sorted("ops", s["operations"])])
 
     def _cats(self, s: dict) -> None:
-        t = self.query_one("#cats", DataTable)
-        t.clear()
+        rows = []
         for c in self._sorted("cats", s["categories"]):
             colour, glyph = STYLE[c["name"]]
             share = "n/a" if c["seconds"] is None else f"{100 * c['share']:5.1f}%"
-            t.add_row(Text(f"{glyph} {c['label']}", style=colour), _fmt_s(c["seconds"]), share,
-                      Text(spark(c["history"]), style=colour), c["source"], key=c["name"])
+            rows.append((c["name"], (Text(f"{glyph} {c['label']}", style=colour), _fmt_s(c["seconds"]), share,
+                                     Text(spark(c["history"]), style=colour), c["source"])))
+        _refill(self.query_one("#cats", DataTable), rows)
 
     def _threads(self, s: dict) -> None:
-        t = self.query_one("#threads", DataTable)
-        t.clear()
-        for r in self._sorted("threads", s["threads"]):
-            t.add_row(str(r["tid"]), r["name"], "yes" if r["python_thread"] else "", _fmt_s(r["on_cpu_s"]),
-                      _fmt_s(r["off_cpu_s"]), _fmt_s(r["python_s"]), _fmt_s(r["backend_s"]),
-                      _fmt_s(r["simulator_s"]), _fmt_s(r["cuda_api_s"]), key=str(r["tid"]))
+        _refill(self.query_one("#threads", DataTable), [
+            (str(r["tid"]), (str(r["tid"]), r["name"], "yes" if r["python_thread"] else "", _fmt_s(r["on_cpu_s"]),
+                             _fmt_s(r["off_cpu_s"]), _fmt_s(r["python_s"]), _fmt_s(r["backend_s"]),
+                             _fmt_s(r["simulator_s"]), _fmt_s(r["cuda_api_s"])))
+            for r in self._sorted("threads", s["threads"])])
 
     def _sorted(self, table: str, rows: list[dict]) -> list[dict]:
         _, key = SORTS[table][self.sort[table]]
