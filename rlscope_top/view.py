@@ -93,8 +93,10 @@ class ViewModel:
         def total(key):
             return sum(v or 0 for v in op[key].values()) - sum(v or 0 for v in ((base or {}).get(key) or {}).values())
 
-        wall = since("wall_s")
-        secs = {c: since(f"{c}_s") for c in CATEGORIES}
+        # Since a reset, estimated figures can shrink a little (the budget re-estimates
+        # them): never show a negative time or share.
+        secs = {c: max(0.0, since(f"{c}_s")) for c in CATEGORIES}
+        wall = max(0.0, since("wall_s"))
         trans, calls = total("transitions"), total("calls")
         return {"name": name, "source": {"remainder": ""}.get(op["source"], op["source"]), "_wall": wall,
                 "shares": {c: (v / wall if wall else 0.0) for c, v in secs.items()},

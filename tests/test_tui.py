@@ -186,6 +186,23 @@ def test_bar_and_sparkline_read_without_colour():
     assert spark([0, 50, 100]) == "▁▄█"
 
 
+def test_bar_keeps_its_width_whatever_the_shares():
+    """After a reset, estimated figures can come out slightly negative or above 100%:
+    the bar must not spill over the table (it did, pushing the rate columns off screen)."""
+    assert stacked_bar({"python": -0.2, "backend": 1.1}, 10).plain == "▓" * 10
+    assert stacked_bar({"python": 0.7, "simulator": 0.7}, 10).plain == "███████▒▒▒"
+    assert stacked_bar({"python": None, "backend": 0.5}, 4).plain == "▓▓··"
+
+
+def test_operation_rows_since_a_reset_are_never_negative():
+    from rlscope_top.view import ViewModel
+    now = {"wall_s": 1.0, "python_s": 0.3, "backend_s": 0.7, "simulator_s": 0.0, "cuda_api_s": None,
+           "transitions": {"python->backend": 10}, "calls": {"backend": 10}, "source": "sampled"}
+    base = {**now, "wall_s": 1.05, "python_s": 0.4, "backend_s": 0.65}     # re-estimated since the reset
+    row = ViewModel._op_row("train", now, base)
+    assert row["_wall"] == 0.0 and all(v >= 0 for v in row["shares"].values())
+
+
 def test_unreadable_ring_is_a_clear_error(tmp_path):
     from rlscope_top.ring import RingError
     bad = tmp_path / "x.bin"

@@ -43,8 +43,7 @@ def stacked_bar(shares: dict, width: int) -> Text:
     """A bar split by category share, coloured and patterned."""
     out, used = Text(), 0
     for cat in ("python", "simulator", "backend", "cuda_api"):
-        n = round(shares.get(cat, 0.0) * width)
-        n = min(n, width - used)
+        n = max(0, min(round((shares.get(cat) or 0.0) * width), width - used))
         colour, glyph = STYLE[cat]
         out.append(glyph * n, style=colour)
         used += n
