@@ -16,6 +16,7 @@ from .accounting import CATEGORIES, Accounting
 from .ring import RingReader
 
 HISTORY = 120
+MIN_RATE_WALL_S = 0.05      # an operation's rates are shown once it ran this long (since a reset)
 LABELS = {"python": "Python", "simulator": "Simulator", "backend": "Backend", "cuda_api": "CUDA API", "gpu": "GPU"}
 
 
@@ -100,7 +101,9 @@ class ViewModel:
         trans, calls = total("transitions"), total("calls")
         return {"name": name, "source": {"remainder": ""}.get(op["source"], op["source"]), "_wall": wall,
                 "shares": {c: (v / wall if wall else 0.0) for c, v in secs.items()},
-                "transitions_per_s": trans / wall if wall else 0.0, "calls_per_s": calls / wall if wall else 0.0,
+                # per second of the operation: not yet meaningful over its first few milliseconds
+                "transitions_per_s": trans / wall if wall >= MIN_RATE_WALL_S else None,
+                "calls_per_s": calls / wall if wall >= MIN_RATE_WALL_S else None,
                 "transitions": trans, "calls": calls,
                 "gpu_s": op.get("gpu_s"), "overlap_s": op.get("overlap_s"), "gpu": op.get("gpu")}     # whole session (GPU records lag)
 

@@ -201,6 +201,7 @@ def test_operation_rows_since_a_reset_are_never_negative():
     base = {**now, "wall_s": 1.05, "python_s": 0.4, "backend_s": 0.65}     # re-estimated since the reset
     row = ViewModel._op_row("train", now, base)
     assert row["_wall"] == 0.0 and all(v >= 0 for v in row["shares"].values())
+    assert row["calls_per_s"] is None                          # no rate over (almost) no time: "-" on screen
 
 
 def test_unreadable_ring_is_a_clear_error(tmp_path):

@@ -83,6 +83,10 @@ def _gpu_detail(op: dict) -> str:
             f"CPU only {100 * ov['cpu_only'] / whole:.0f}%, idle {100 * ov['idle'] / whole:.0f}%")
 
 
+def _rate(v) -> str:
+    return "-" if v is None else f"{v:,.0f}"
+
+
 def _fmt_s(v) -> str:
     return "n/a" if v is None else f"{v:,.2f}s"
 
@@ -198,7 +202,7 @@ class RlscopeApp(App):
         width = max(10, min(40, self.size.width - 60))
         _refill(self.query_one("#ops", DataTable), [
             (op["name"], (op["name"], op["source"], f"{100 * op['wall_share']:.0f}%", stacked_bar(op["shares"], width),
-                          f"{op['transitions_per_s']:,.0f}", f"{op['calls_per_s']:,.0f}"))
+                          _rate(op["transitions_per_s"]), _rate(op["calls_per_s"])))
             for op in self._sorted("ops", s["operations"])])
 
     def _cats(self, s: dict) -> None:
