@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 
@@ -33,21 +34,25 @@ def _sim_lib(text: str) -> tuple[str, list[str]]:
     return lib, names
 
 
-def _positive(text: str) -> float:
+def _number(text: str) -> float:
     try:
         v = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        v = math.nan
+    if not math.isfinite(v):          # float() also reads "nan" and "inf"
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number")
+    return v
+
+
+def _positive(text: str) -> float:
+    v = _number(text)
     if v <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be > 0")
     return v
 
 
-def _non_negative(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+def _sample_rate(text: str) -> float:
+    v = _number(text)
     if v < 0 or v > 2000:
         raise argparse.ArgumentTypeError(f"{text!r} must be between 0 and 2000")
     return v
@@ -77,7 +82,7 @@ def _session_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--op", action="append", default=[], metavar="NAME=PATTERN",
                    help="operation rule for the stack sampler (repeatable): PATTERN globs a frame "
                         "'/path/file.py:function', or a function name; NAME:simulation counts it as simulation")
-    p.add_argument("--sample-hz", type=_non_negative, default=100.0, metavar="HZ",
+    p.add_argument("--sample-hz", type=_sample_rate, default=100.0, metavar="HZ",
                    help="stack samples per second for zero-change operations (default 100; 0 turns it off)")
     p.add_argument("--max-probes", type=int, default=catalog.MAX_PROBES, help=argparse.SUPPRESS)
     p.add_argument("--ebpf", action="store_true", help=argparse.SUPPRESS)
