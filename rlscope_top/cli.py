@@ -8,6 +8,7 @@ import os
 import sys
 
 from . import __version__, op_rules
+from . import summary as S
 from .errors import EXIT_INTERNAL, RlscopeError, UsageError
 from .probes import catalog
 from .session import Options
@@ -145,6 +146,9 @@ def _options(ns: argparse.Namespace, pid: int) -> Options:
         from .gpu_collector import GpuOptions  # noqa: PLC0415
 
         gpu = GpuOptions(remote_exec=True)
+    if ns.summary and (why := S.path_problem(ns.summary)):
+        raise UsageError(f"cannot write the summary to {ns.summary}: {why}",
+                         hint="give a file path in a writable directory, e.g. --summary run.json")
     return Options(pid=pid, duration_s=ns.duration, interval_s=ns.interval, summary_path=ns.summary,
                    ring_path=ns.ring, keep_ring=ns.keep_ring or bool(ns.ring), sim_libs=ns.sim_lib,
                    max_probes=ns.max_probes, max_overhead_pct=ns.max_overhead, timeline=ns.timeline, quiet=ns.quiet,

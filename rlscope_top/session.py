@@ -163,11 +163,12 @@ def _session(opts: Options, stop_reason: Callable[[], str | None], on_tick, read
         collector.stop_counting(reason)
         acct.feed(reader.poll())
         summary = S.build(acct, ring_path=ring.path if opts.keep_ring else "", dropped=reader.dropped)
-        path = opts.summary_path or S.default_path(opts.pid)
-        S.write(summary, path)
+        path, failed = S.write_safely(summary, opts.summary_path or S.default_path(opts.pid), opts.pid)
+        if failed:
+            notify("warn", f"could not write the summary to {failed}; written to {path} instead")
         detach_s = collector.detach()
         summary["overhead"]["detach_s"] = round(detach_s, 3)
-        S.write(summary, path)
+        path, _ = S.write_safely(summary, path, opts.pid)
         if render:
             S.render(summary)
             notify("status", f"detached in {detach_s:.2f}s; summary written to {path}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import tempfile
 
 from rich.console import Console
 from rich.table import Table
@@ -173,8 +174,38 @@ def _timeline(acct: Accounting) -> dict | None:
 
 
 def default_path(pid: int) -> str:
-    """rlscope-top-<pid>-<time>.json in the current directory."""
-    return f"rlscope-top-{pid}-{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}.json"
+    """rlscope-top-<pid>-<time>.json in the current directory (the temp directory when the
+    current one is not writable)."""
+    name = f"rlscope-top-{pid}-{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}.json"
+    return name if os.access(".", os.W_OK) else os.path.join(tempfile.gettempdir(), name)
+
+
+def path_problem(path: str) -> str | None:
+    """Why a summary cannot be written at ``path`` (None when it can)."""
+    d = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        return "it is a directory"
+    if not os.path.isdir(d):
+        return f"no directory {d}"
+    if not os.access(d, os.W_OK):
+        return f"{d} is not writable"
+    return None
+
+
+def write_safely(summary: dict, path: str, pid: int) -> tuple[str, str | None]:
+    """Write the summary; if ``path`` fails (disk full, directory gone), write it to the
+    temp directory instead, so a session's data is never lost.
+
+    Returns:
+        (the path written, why ``path`` failed or None).
+    """
+    try:
+        write(summary, path)
+        return path, None
+    except OSError as e:
+        alt = os.path.join(tempfile.gettempdir(), os.path.basename(default_path(pid)))
+        write(summary, alt)
+        return alt, f"{path}: {e.strerror or e}"
 
 
 def write(summary: dict, path: str) -> None:

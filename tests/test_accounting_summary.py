@@ -117,3 +117,15 @@ def test_budget_estimates_follow_each_segment():
     assert th["ns"][1][0] == (1000 + 2000 + 500 + 500) * MS   # 1 ms per call throughout
     assert th["ns"][0][0] == (3500 - 2000 - 500) * MS         # moved out of Python
     assert a.samples("backend") == 1
+
+
+def test_a_summary_that_cannot_be_written_goes_to_the_temp_directory(tmp_path, monkeypatch):
+    """Data is never lost: a failing summary path (directory removed during the session,
+    disk full) falls back to the temp directory and says why."""
+    monkeypatch.setattr(S.tempfile, "gettempdir", lambda: str(tmp_path))
+    doc = {"schema": "rlscope-top.summary/1", "pid": 42}
+    path, why = S.write_safely(doc, str(tmp_path / "gone" / "s.json"), 42)
+    assert why and "No such file or directory" in why and "gone/s.json" in why
+    assert path.startswith(str(tmp_path)) and "rlscope-top-42-" in path
+    assert json.loads(open(path).read()) == doc
+    assert S.write_safely(doc, str(tmp_path / "ok.json"), 42) == (str(tmp_path / "ok.json"), None)

@@ -113,6 +113,8 @@ def test_target_without_known_libraries_still_gets_python_time(ebpf, target, tmp
     (["attach", "1", "--op", "noequals"], "bad --op rule"),
     (["attach", "1", "--sample-hz", "-1"], "between 0 and 2000"),
     (["attach", "1", "--duration", "nan"], "is not a number"),
+    (["attach", "1", "--summary", "/nonexistent/dir/s.json"], "cannot write the summary to /nonexistent/dir"),
+    (["attach", "1", "--summary", "/tmp"], "it is a directory"),
     (["attach", "1", "--max-overhead", "inf"], "is not a number"),
 ])
 def test_usage_errors_exit_2(args, words):

@@ -232,10 +232,11 @@ class RlscopeApp(App):
     # -- keys --------------------------------------------------------------
     def action_quit_app(self) -> None:
         """Leave; in `view` mode write the summary from what the ring holds first."""
+        path = self.summary_path
         if self.write_on_quit:
             self.vm.poll()
-            S.write(self.vm.summary(), self.summary_path)
-        self.exit(self.summary_path)
+            path, _ = S.write_safely(self.vm.summary(), path, self.vm.acct.meta.get("pid", 0))
+        self.exit(path)
 
     def action_pause(self) -> None:
         self.paused = not self.paused
@@ -245,9 +246,10 @@ class RlscopeApp(App):
 
     def action_snapshot(self) -> None:
         self.snapshots += 1
-        path = self.summary_path.removesuffix(".json") + f".snapshot{self.snapshots}.json"
-        S.write(self.vm.summary(), path)
-        self.notify(f"snapshot written to {path}")
+        want = self.summary_path.removesuffix(".json") + f".snapshot{self.snapshots}.json"
+        path, failed = S.write_safely(self.vm.summary(), want, self.vm.acct.meta.get("pid", 0))
+        self.notify(f"snapshot written to {path}" + (f" (could not write {failed})" if failed else ""),
+                    severity="warning" if failed else "information")
 
     def action_sort(self) -> None:
         """Cycle the sort column of the focused table (threads when none has focus)."""
