@@ -21,7 +21,6 @@ from . import gpu_records as G
 from . import records as R
 from .engine import union
 
-NONE_OP = "<none>"           # the operations table's name for time outside every operation
 BIN_NS = 10_000_000
 REORDER_NS = 3_000_000_000      # GPU records reach the ring ~1.5 s after they happen (flush + join wait)
 PENDING_MAX = 20_000
@@ -259,7 +258,7 @@ class GpuAccounting:
         none_on = max(0, py[0] - py_on0 - sum(v[0] for v in tick.values()))
         none_wall = max(0, py[1] - py_wall0 - sum(v[1] for v in tick.values()))
         if none_wall:
-            tick[NONE_OP] = (min(none_on, none_wall), none_wall)
+            tick[G.NONE_OP] = (min(none_on, none_wall), none_wall)
         self._op_prev = (py, cum)
         return tick
 

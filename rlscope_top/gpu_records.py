@@ -12,6 +12,7 @@ GPU, GPU_STATUS, NVML, SYNC = "gpu", "gstat", "nvml", "gsync"
 KIND, START, END, DEVICE, STREAM, CORR, TID, LAUNCH, OP, DETAIL = range(10)
 KERNEL, MEMCPY, MEMSET = "k", "m", "s"
 ALL_OP = "<all>"
+NONE_OP = "<none>"      # the operations table's name for Python-thread time outside every operation
 
 # What to do when a process runs without the GPU activity agent (shown as is).
 HOW_TO = ("GPU kernel timing needs the in-process agent: launch with `rlscope-top run -- CMD`, "

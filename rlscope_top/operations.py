@@ -16,9 +16,9 @@ Rules (docs/summary-schema.md, "operations"):
 from __future__ import annotations
 
 from .accounting import CATEGORIES, TRANSITIONS
+from .gpu_records import NONE_OP
 
 NA = None
-NONE_OP = "<none>"
 
 
 def _s(ns: float) -> float:

@@ -269,8 +269,8 @@ def _render_operations(summary: dict, console: Console) -> None:
                   pad_edge=False)
     gpu = summary["totals"].get("gpu_s") is not None
     table.add_column("operation", no_wrap=True, max_width=24)
-    cols = ("src", "time", "share", "Py", "Be", "Sim", "CUDA", "py->be", "/s") + (("GPU", "cpu+gpu", "gpu-only") if gpu else ())
-    for col in cols:
+    cols = ("src", "time", "share", "Py", "Be", "Sim", "CUDA", "py->be", "/s")
+    for col in cols + (("GPU", "cpu+gpu", "gpu-only") if gpu else ()):
         table.add_column(col, justify="left" if col == "src" else "right", no_wrap=True)
     for name, o in sorted(ops.items(), key=lambda kv: -kv[1]["wall_s"]):
         sh = o["shares"]

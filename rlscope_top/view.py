@@ -105,7 +105,8 @@ class ViewModel:
                 "transitions_per_s": trans / wall if wall >= MIN_RATE_WALL_S else None,
                 "calls_per_s": calls / wall if wall >= MIN_RATE_WALL_S else None,
                 "transitions": trans, "calls": calls,
-                "gpu_s": op.get("gpu_s"), "overlap_s": op.get("overlap_s"), "gpu": op.get("gpu")}     # whole session (GPU records lag)
+                # GPU figures cover the whole session: GPU records arrive late, a reset does not split them
+                "gpu_s": op.get("gpu_s"), "overlap_s": op.get("overlap_s"), "gpu": op.get("gpu")}
 
     def _since_reset(self, s: dict) -> dict:
         b = self._base
