@@ -1,6 +1,7 @@
 """Hand-built record streams with known answers, shared by accounting and TUI tests."""
 
 from rlscope_top import records as R
+from rlscope_top.ring import RingWriter
 
 MS = 1_000_000
 
@@ -66,3 +67,13 @@ def ops_stream():
     ctr = out[3]
     out[3] = R.counters(ctr["ts"], ctr["threads"], ctr["hits"], ops=op_records())
     return out
+
+
+def write_ring(path: str, records: list[dict], capacity: int = 1 << 16, close: bool = True) -> str:
+    """A ring file holding ``records``; ``close=False`` leaves it as a live writer would."""
+    w = RingWriter(path, capacity=capacity)
+    for r in records:
+        w.write(r)
+    if close:
+        w.close()
+    return path

@@ -8,9 +8,8 @@ import json
 
 import pytest
 
-from rlscope_top.ring import RingWriter
 from rlscope_top.tui.app import HelpScreen, RlscopeApp, spark, stacked_bar
-from streams import ops_stream, stream
+from streams import ops_stream, stream, write_ring
 
 FROZEN = lambda: 1000.0  # noqa: E731 - a clock that never moves: no rates, no drift
 
@@ -18,33 +17,19 @@ FROZEN = lambda: 1000.0  # noqa: E731 - a clock that never moves: no rates, no d
 @pytest.fixture
 def ring(tmp_path):
     """A recorded session: meta, counters, ranges, notes and the target exiting."""
-    path = str(tmp_path / "ring.bin")
-    w = RingWriter(path, capacity=1 << 16)
-    for r in stream():
-        w.write(r)
-    w.close()
-    return path
+    return write_ring(str(tmp_path / "ring.bin"), stream())
 
 
 @pytest.fixture
 def running_ring(tmp_path):
     """The same session, still running (no end record)."""
-    path = str(tmp_path / "ring-running.bin")
-    w = RingWriter(path, capacity=1 << 16)
-    for r in stream()[:-1]:
-        w.write(r)
-    return path
+    return write_ring(str(tmp_path / "ring-running.bin"), stream()[:-1], close=False)
 
 
 @pytest.fixture
 def ops_ring(tmp_path):
     """The recorded session with an annotated and a sampled operation."""
-    path = str(tmp_path / "ring-ops.bin")
-    w = RingWriter(path, capacity=1 << 16)
-    for r in ops_stream():
-        w.write(r)
-    w.close()
-    return path
+    return write_ring(str(tmp_path / "ring-ops.bin"), ops_stream())
 
 
 def _app(ring, tmp_path, **kw):

@@ -9,19 +9,14 @@ import asyncio
 import pytest
 
 import gpu_streams as GS
-from rlscope_top.ring import RingWriter
+from streams import write_ring
 from rlscope_top.tui.app import RlscopeApp
 
 FROZEN = lambda: 1000.0  # noqa: E731
 
 
 def _ring(tmp_path, name, **kw) -> str:
-    path = str(tmp_path / f"{name}.bin")
-    w = RingWriter(path, capacity=1 << 18)
-    for r in GS.gpu_stream(**kw):
-        w.write(r)
-    w.close()
-    return path
+    return write_ring(str(tmp_path / f"{name}.bin"), GS.gpu_stream(**kw), capacity=1 << 18)
 
 
 def _panel(ring, tmp_path, size=(120, 40)) -> str:

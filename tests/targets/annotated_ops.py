@@ -10,7 +10,6 @@ usage: annotated_ops.py SIMLIB GO DONE TRUTH [--cycles N] [--py-iters N] [--sim-
 """
 
 import argparse
-import ctypes
 import json
 import threading
 import time
@@ -18,7 +17,7 @@ import time
 import torch
 
 import rlscope_top
-from common import ready, touch, wait_for
+from common import load_simlib, ready, touch, wait_for
 
 ap = argparse.ArgumentParser()
 ap.add_argument("simlib")
@@ -33,8 +32,7 @@ ap.add_argument("--train", type=int, default=5)
 ap.add_argument("--size", type=int, default=128)
 args = ap.parse_args()
 
-lib = ctypes.CDLL(args.simlib)
-lib.sim_step.argtypes, lib.sim_step.restype = [ctypes.c_double], ctypes.c_double
+lib = load_simlib(args.simlib)
 torch.set_num_threads(1)
 mono = time.monotonic_ns
 log: list = []          # (what, op, t0, t1): what = "op" (whole, inclusive) | "backend" | "native"

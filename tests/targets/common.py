@@ -1,5 +1,6 @@
 """Shared plumbing for test targets: a ready line, go/done files, a ground-truth log."""
 
+import ctypes
 import json
 import os
 import signal
@@ -19,6 +20,13 @@ def wait_for(path: str, timeout: float = 120.0) -> None:
         if time.monotonic() > end:
             sys.exit(f"timed out waiting for {path}")
         time.sleep(0.01)
+
+
+def load_simlib(path: str) -> ctypes.CDLL:
+    """The toy simulator (tests/native/simlib.c): ``sim_step(us)`` spins for ``us`` microseconds."""
+    lib = ctypes.CDLL(path)
+    lib.sim_step.argtypes, lib.sim_step.restype = [ctypes.c_double], ctypes.c_double
+    return lib
 
 
 def timer_cost() -> int:

@@ -6,16 +6,14 @@ Alternates collect_batch (Python + a native simulator call, ~60 ms) and update_m
 usage: custom_loop.py SIMLIB TRUTH
 """
 
-import ctypes
 import sys
 import time
 
 import torch
 
-from common import Truth, ready
+from common import Truth, load_simlib, ready
 
-lib = ctypes.CDLL(sys.argv[1])
-lib.sim_step.argtypes, lib.sim_step.restype = [ctypes.c_double], ctypes.c_double
+lib = load_simlib(sys.argv[1])
 truth = Truth(sys.argv[2])
 torch.set_num_threads(1)
 a = torch.randn(96, 96)

@@ -7,7 +7,6 @@ usage: known_split.py SIMLIB TRUTH --py-us N --sim-us N --ops N --op-size N [--t
 """
 
 import argparse
-import ctypes
 import json
 import os
 import signal
@@ -15,7 +14,7 @@ import sys
 import threading
 import time
 
-from common import timer_cost
+from common import load_simlib, timer_cost
 
 import torch
 
@@ -30,8 +29,7 @@ ap.add_argument("--op-size", type=int, default=96, help="square matrix size of e
 ap.add_argument("--threads", type=int, default=1)
 args = ap.parse_args()
 
-lib = ctypes.CDLL(args.simlib)
-lib.sim_step.argtypes, lib.sim_step.restype = [ctypes.c_double], ctypes.c_double
+lib = load_simlib(args.simlib)
 torch.set_num_threads(1)
 mono = time.monotonic_ns
 logs: list[list] = []
