@@ -167,10 +167,7 @@ class Collector:
     def stop_counting(self, reason: str) -> None:
         """Freeze the counters and write the final records (probes stay attached)."""
         frozen = self.probes.freeze()
-        if self.sampler is not None:
-            self.sampler.stop()
-        if self.region is not None:
-            self.region.detach()
+        self._stop_operations()
         self._drain_events()
         self.ring.write(self._counters(frozen))
         self.ring.write(R.end(frozen, reason))
@@ -208,8 +205,12 @@ class Collector:
         Used to scope GPU activity: the join runs shortly after the launch, so an operation
         boundary in between attributes the activity to the next operation.
         """
-        op = self._aops.get(tid) or (self.sampler.current(tid) if self.sampler is not None else 0)
+        op = self._op_of(tid, self._aops.get(tid, 0))
         return self.op_names[op][0] if op in self.op_names else "<all>"
+
+    def _op_of(self, tid: int, aop: int) -> int:
+        """A thread's operation id: its annotation wins over the sampled rule (0: none)."""
+        return aop or (self.sampler.current(tid) if self.sampler is not None else 0)
 
     def _check_sampler(self) -> None:
         """Keep the sampler's own CPU inside half the budget; say once why it stopped."""
@@ -262,11 +263,15 @@ class Collector:
 
     def close(self) -> None:
         """Stop the sampler, release the annotation region, remove the probes (idempotent)."""
+        self._stop_operations()
+        self.probes.stop()
+
+    def _stop_operations(self) -> None:
+        """Stop the stack sampler and release the annotation region (idempotent)."""
         if self.sampler is not None:
             self.sampler.stop()
         if self.region is not None:
             self.region.detach()
-        self.probes.stop()
 
     # -- records -----------------------------------------------------------
     def _meta(self) -> dict:
@@ -326,7 +331,7 @@ class Collector:
             ns[c][0 if on else 1] += now - tc.last_ts
             if c == catalog.CAT_BACKEND and tc.fw:     # the same time, to the open call's framework
                 tc.fw["ns"][tc.fw["cur"] % len(FW.SLOTS)][0 if on else 1] += now - tc.last_ts
-            op = tc.aop or (self.sampler.current(tc.tid) if self.sampler is not None else 0)
+            op = self._op_of(tc.tid, tc.aop)
             if op in ops:
                 ops[op].ns[c][0 if on else 1] += now - tc.last_ts
         if tc.tid not in self._names:
