@@ -11,11 +11,9 @@ split is scaled to the estimated Backend total and marked ``estimated``.
 
 from __future__ import annotations
 
+from .records import seconds as _s
+
 PARTS = {"": "dispatch", "wait": "wait"}
-
-
-def _s(ns: float) -> float:
-    return round(ns / 1e9, 6)
 
 
 def slot_sums(threads: list[dict], n_slots: int) -> list[dict]:

@@ -10,15 +10,12 @@ from __future__ import annotations
 from .engine import overlap as exact_overlap
 from .gpu_accounting import GpuAccounting, OpGpu
 from .gpu_records import HOW_TO
+from .records import seconds as _s
 
 NA = None
 LIVE_WINDOW_NS = 10_000_000_000     # the screen's "now" figures cover this much ...
 LIVE_LAG_NS = 2_000_000_000         # ... ending this long ago (GPU records arrive ~1.5 s late)
 OVERLAP_KEYS = ("cpu_only", "gpu_only", "both", "idle")
-
-
-def _s(ns: float) -> float:
-    return round(ns / 1e9, 6)
 
 
 def _pct(part: float, whole: float) -> float | None:

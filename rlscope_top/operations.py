@@ -17,12 +17,9 @@ from __future__ import annotations
 
 from .accounting import CATEGORIES, TRANSITIONS
 from .gpu_records import NONE_OP
+from .records import seconds as _s
 
 NA = None
-
-
-def _s(ns: float) -> float:
-    return round(ns / 1e9, 6)
 
 
 def raw_rows(acct, measured: dict, estimated: dict) -> list[dict]:

@@ -10,6 +10,11 @@ FORMAT = 1
 META, COUNTERS, INTERVALS, NOTE, END, MODE, EVENTS = "meta", "ctr", "iv", "note", "end", "mode", "ev"
 
 
+def seconds(ns: float) -> float:
+    """Nanoseconds as the summary's seconds, rounded to the microsecond."""
+    return round(ns / 1e9, 6)
+
+
 def meta(*, pid: int, command: str, t0_ns: int, wall0: float, interval_s: float, probes: list[dict],
          labels: list[str], groups: dict, missing: dict, host: str, kernel: str,
          calibrated: bool = False, max_overhead_pct: float | None = None, tids0: list | None = None,

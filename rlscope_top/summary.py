@@ -14,13 +14,10 @@ from . import frameworks as FW
 from . import operations as O
 from . import gpu_summary
 from .accounting import CATEGORIES, TRANSITIONS, Accounting
+from .records import seconds as _s
 
 SCHEMA = "rlscope-top.summary/1"
 NA = None  # the one "not available" value: JSON null, shown as "n/a"
-
-
-def _s(ns: int) -> float:
-    return round(ns / 1e9, 6)
 
 
 def _figures(acct: Accounting, threads: list[dict], wall_s: float, ops: bool = False) -> dict:
