@@ -12,6 +12,13 @@
 #define CAT_CUDA 3
 #define NCAT 4
 
+// Where a thread was when the CPU-clock tick found it on a CPU: in a probed library of a
+// category (the category's index), elsewhere in user space, or in the kernel.
+#define TICK_OTHER 4
+#define TICK_KERNEL 5
+#define NTICK 6
+#define NRANGES 64
+
 #define RUN_OFF 0
 #define RUN_ON 1
 #define RUN_UNKNOWN 2
@@ -46,6 +53,11 @@ struct tstate {
     u32 sop_seq;              // last sampled change applied
     u32 pad2;
     struct fwsplit fw;        // Backend split per framework (fw_prelude.c)
+    u32 ticks[NTICK];         // CPU-clock ticks on CPU, by where the user-space IP was (TICK_*)
+    u64 switches;             // times it was switched out (what the sched_switch probe costs it)
+    u64 preempt_ns;           // off-CPU time while still runnable (waiting for a CPU, not blocked)
+    u8 preempted;             // switched out runnable (preempted or yielded), not blocked
+    u8 pad3[7];
 };
 
 // A thread's latest sampled operation changes, written whole by the monitor: each
@@ -93,6 +105,16 @@ struct event {
 };
 
 BPF_HASH(targets, u32, u32, 256);
+
+// Executable mappings of the probed libraries (loader.set_ranges): [start, end) -> category.
+struct iprange {
+    u64 start;
+    u64 end;
+    u32 cat;
+    u32 pad;
+};
+BPF_ARRAY(ranges, struct iprange, NRANGES);
+BPF_ARRAY(nranges, u32, 1);
 BPF_HASH(threads, u32, struct tstate, 32768);
 BPF_PERCPU_ARRAY(blank, struct tstate, 1);
 BPF_PERCPU_ARRAY(hits, u64, NPROBES);
@@ -435,16 +457,50 @@ TRACEPOINT_PROBE(sched, sched_switch) {
             sop_sync(s, now, RUN_ON);
             advance(s, now, RUN_ON);
             s->run = RUN_OFF;
+            s->switches++;
+            // prev_state 0 (yielded) or TASK_REPORT_MAX (preempted): runnable, not blocked
+            s->preempted = (args->prev_state & 0xff) == 0;
             tl_emit(prev, tgid, now, EV_OFF, 0);
         }
     }
     s = threads.lookup(&next);
     if (s && !s->exited && targets.lookup(&s->tgid)) {
+        if (s->preempted && now > s->last_ts)
+            s->preempt_ns += now - s->last_ts;
+        s->preempted = 0;
         advance(s, now, RUN_OFF);
         s->run = RUN_ON;
         tl_emit(next, s->tgid, now, EV_ON, 0);
     }
     return 0;
+}
+
+// Which probed library (if any) the tick's user-space IP is in: how threads the probes do
+// not bracket (a torch intra-op pool, a simulator's worker threads) spend their time.
+static __always_inline void tick_where(struct tstate *s, struct bpf_perf_event_data *ctx) {
+    if ((ctx->regs.cs & 3) != 3) {
+        s->ticks[TICK_KERNEL]++;
+        return;
+    }
+    u64 ip = PT_REGS_IP(&ctx->regs);
+    int zero = 0;
+    u32 *n = nranges.lookup(&zero);
+    u32 lim = n ? *n : 0;
+    u32 where = TICK_OTHER;
+    #pragma clang loop unroll(disable)
+    for (int i = 0; i < NRANGES; i++) {
+        if (i >= lim)
+            break;
+        int k = i;
+        struct iprange *r = ranges.lookup(&k);
+        if (r && ip >= r->start && ip < r->end) {
+            where = r->cat & 3;
+            break;
+        }
+    }
+    if (where >= NTICK)
+        where = TICK_OTHER;
+    s->ticks[where]++;
 }
 
 // A CPU-clock tick (250 Hz per CPU): applies pending operation changes of the thread
@@ -454,7 +510,10 @@ int on_tick(struct bpf_perf_event_data *ctx) {
     u64 now = bpf_ktime_get_ns();
     u32 tid = (u32)bpf_get_current_pid_tgid();
     struct tstate *s = threads.lookup(&tid);
-    if (!s || s->exited || !(op_cfg() & 3) || !targets.lookup(&s->tgid))
+    if (!s || s->exited || !targets.lookup(&s->tgid))
+        return 0;
+    tick_where(s, ctx);
+    if (!(op_cfg() & 3))
         return 0;
     ann_sync(s, now);
     sop_sync(s, now, RUN_ON);

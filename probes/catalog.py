@@ -38,6 +38,8 @@ class ProbeSpec:
     label: str       # short name for tables
     sym_re: bool = False   # `symbol` is a regex (anchored) resolved against the library at attach
     part: str = ""         # "wait": a JAX wait bracket (see probes/frameworks.py)
+    any_lib: bool = False  # also in any mapped library that defines `symbol` (a static copy, see
+                           # probes/static_copies.py), once the target has run that copy
 
     def matches(self, path: str) -> bool:
         """Whether a mapped file path belongs to this probe's library."""
@@ -88,7 +90,8 @@ CUDA_DRIVER = [ProbeSpec("cuda-driver", _CUDA, s, CAT_CUDA, PAIR, s) for s in (
     "cuGraphLaunch",
 )]
 
-MUJOCO = [ProbeSpec("mujoco", _MUJOCO, s, CAT_SIM, PAIR, s) for s in (
+# any_lib: envpool links MuJoCo statically into its modules (mujoco_gym_envpool.so, ...).
+MUJOCO = [ProbeSpec("mujoco", _MUJOCO, s, CAT_SIM, PAIR, s, any_lib=True) for s in (
     "mj_step", "mj_step1", "mj_step2", "mj_forward", "mj_resetData",
 )]
 
@@ -138,6 +141,11 @@ JAX = [
 def builtin() -> list[ProbeSpec]:
     """All built-in probes, in id order (new sets go last so existing ids stay)."""
     return TORCH + CUDART + CUDA_DRIVER + MUJOCO + TENSORFLOW + JAX
+
+
+def is_user_spec(spec: ProbeSpec) -> bool:
+    """Whether a probe names a user's symbol (``--sim-lib``) rather than a catalog one."""
+    return spec.group.startswith("sim:")
 
 
 def sim_lib_specs(lib: str, symbols: list[str]) -> list[ProbeSpec]:

@@ -1,15 +1,19 @@
-"""Resolve a catalog probe whose symbol is a regex to the one name a library defines.
+"""Resolve a probe's symbol in a library the way attaching will, before attaching.
 
 Mangled C++ names of TensorFlow carry absl's versioned inline namespace
 (``absl::lts_20250814``), which changes between builds, so the catalog matches them by
 an anchored regex. Attaching and detaching then use the exact name.
+
+A user's ``--sim-lib`` symbol is checked the same way, so a misspelled one is reported
+with a way to find the right name instead of bcc's "could not determine address".
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 
-from .catalog import ProbeSpec
+from .catalog import ProbeSpec, is_user_spec
 
 
 class SymbolMissing(Exception):
@@ -28,6 +32,8 @@ def resolve(bcc, spec: ProbeSpec, path: str) -> ProbeSpec:
         SymbolMissing: no match, or matches at several addresses (ambiguous).
     """
     if not spec.sym_re:
+        if is_user_spec(spec):
+            check(bcc, path, spec.symbol)
         return spec
     found = bcc.BPF.get_user_functions_and_addresses(path.encode(), spec.symbol.encode())
     by_addr = {addr: name.decode() for name, addr in found}
@@ -36,3 +42,26 @@ def resolve(bcc, spec: ProbeSpec, path: str) -> ProbeSpec:
     if len(by_addr) > 1:
         raise SymbolMissing(f"{len(by_addr)} functions match {spec.symbol}: ambiguous, not probed")
     return dataclasses.replace(spec, symbol=next(iter(by_addr.values())), sym_re=False)
+
+
+def check(bcc, path: str, symbol: str) -> None:
+    """Raise SymbolMissing unless bcc resolves ``symbol`` in ``path`` as attach_uprobe will.
+
+    bcc looks in .dynsym, .symtab and a separate debug file, and takes functions only.
+
+    Args:
+        bcc: the imported bcc module (no BPF program is needed).
+        path: the library file as this process can open it.
+        symbol: the exact (mangled) name.
+    """
+    try:
+        bcc.BPF._check_path_symbol(path.encode(), symbol.encode(), None, -1)
+    except Exception:  # bcc raises a bare Exception
+        raise SymbolMissing(f"{os.path.basename(path)} defines no function {symbol}; list them with "
+                            f"`rlscope-top symbols {path}`") from None
+
+
+def target_file(pid: int, path: str) -> str:
+    """A path from /proc/PID/maps as this process can open it (through the target's root
+    when it runs in another mount namespace)."""
+    return path if os.path.exists(path) else f"/proc/{pid}/root{path}"

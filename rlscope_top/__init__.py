@@ -10,22 +10,24 @@ __version__ = "0.1.0"
 __all__ = ["operation", "enable_gpu_activity", "__version__"]
 
 
-def enable_gpu_activity(cupti=None) -> str:
-    """Let any rlscope-top monitor that attaches to this process see its GPU activity.
+def enable_gpu_activity() -> str | None:
+    """Let an rlscope-top monitor that attaches to this process time its GPU kernels.
 
-    Listens on a per-PID unix socket; while a monitor is connected, CUPTI activity
-    (kernels, memcpys, memsets, CUDA API records) is on and streamed to it; when it
-    detaches, CUPTI is turned off again. Costs nothing while no monitor is attached.
-    Setting ``RLSCOPE_GPU_ACTIVITY=1`` in a process started by ``rlscope-top``'s
-    sitecustomize does the same.
-
-    Args:
-        cupti: the ``cupti.cupti`` module to use (default: import it); tests pass a
-            stand-in that delivers real cupti-python record objects.
+    Loads rlscope-top's GPU agent (a small C library, built by scripts/setup.sh) into
+    the process. It stays idle, one thread asleep, until a monitor attaches; then CUPTI
+    activity (kernels, memcpys, memsets) is on, and off again when the monitor leaves.
+    Works before or after CUDA is initialised. Never raises.
 
     Returns:
-        The socket path monitors connect to.
+        The agent's path, or None when it is not built here.
     """
-    from ._agent import load  # noqa: PLC0415
+    import ctypes  # noqa: PLC0415
+    import os  # noqa: PLC0415
 
-    return load().listen(cupti)
+    path = os.environ.get("RLSCOPE_GPU_AGENT") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                                                                "probes", "librlscope_gpu.so")
+    try:
+        ctypes.CDLL(os.path.realpath(path))
+    except OSError:
+        return None
+    return os.path.realpath(path)

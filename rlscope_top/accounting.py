@@ -12,7 +12,8 @@ import dataclasses
 
 from . import records as R
 from .engine import Engine, overlap
-from .gpu_accounting import GpuAccounting
+from .estimates import CategoryEstimate, Extra
+from .gpu_accounting import GpuView
 
 CATEGORIES = ("python", "backend", "simulator", "cuda_api")
 CAT_GROUPS = {"backend": ("torch", "tensorflow", "jax"), "simulator": ("mujoco", "sim:"), "cuda_api": ("cudart", "cuda-driver")}
@@ -45,11 +46,14 @@ class Accounting:
         self.last_ts = 0
         self.live_overhead_pct = 0.0
         self.modes: dict[str, str] = {}          # category -> timed | count | off (budget)
-        self._segs: dict[str, list[tuple[str, int, dict]]] = {}   # category -> (mode, start, threads then)
+        self.source_modes: dict[str, str] = {}   # e.g. gpu -> windowed (budget)
+        self.budget_steps: list[dict] = []       # the budget's own steps (not its sample windows)
+        self.estimates: dict[str, CategoryEstimate] = {}   # categories the budget stopped timing
+        self._est_cache: tuple | None = None
         self.engine: Engine | None = None        # only with --timeline
         self.ops: dict[int, dict] = {}           # op id -> latest cumulative operation record
         self.sampler: dict | None = None         # the stack sampler's latest state, when one runs
-        self.gpu = GpuAccounting()               # GPU records (rlscope_top/gpu_accounting.py)
+        self.gpu = GpuView()                     # GPU records (rlscope_top/gpu_accounting.py)
 
     def feed(self, records: list[dict]) -> None:
         """Apply records in ring order."""
@@ -82,15 +86,29 @@ class Accounting:
                 for ts, tid, kind, cat in r["items"]:
                     self.engine.add(ts, tid, kind, cat)
                 self.engine.advance()
+            elif t == R.MODE and r["category"] not in CATEGORIES:
+                self._budget_step(r)
+                self.source_modes[r["category"]] = r["mode"]
             elif t == R.MODE:
-                self.modes[r["category"]] = r["mode"]
-                segs = self._segs.setdefault(r["category"], [("timed", self.meta.get("t0", 0), {})])
-                # bounded by the snapshot's own time: the collector writes counters just before
-                segs.append((r["mode"], self.last_ts or r["ts"], dict(self.threads)))
+                self._budget_step(r)
+                cat = r["category"]
+                self.modes[cat] = r["mode"]
+                est = self.estimates.get(cat)
+                if est is None:
+                    est = self.estimates[cat] = CategoryEstimate(CATEGORIES.index(cat), self.meta.get("t0", 0))
+                # at the counters' own time: the collector writes counters just before a mode change
+                est.change(r["mode"], self.last_ts or r["ts"], self.threads, self.ops)
+                self._est_cache = None
             elif t == R.END:
                 self.end_reason = r["reason"]
                 if self.engine is not None:
                     self.engine.advance(final_ts=self.last_ts)
+
+    def _budget_step(self, r: dict) -> None:
+        """Keep the budget's own steps; its sample windows' toggles carry no overhead."""
+        pct = r.get("overhead_pct")
+        if isinstance(pct, (int, float)) and pct > 0 and len(self.budget_steps) < 64:
+            self.budget_steps.append(r)
 
     @property
     def duration_s(self) -> float:
@@ -133,69 +151,59 @@ class Accounting:
         return [th for th in self.all_threads() if th["py"]]
 
     def all_threads(self) -> list[dict]:
-        """Every thread, with the budget's estimates applied."""
-        if not self._segs:
+        """Every thread, with the budget's estimates applied (rlscope_top/estimates.py)."""
+        if not self.estimates:
             return list(self.threads.values())
-        return [self._estimated(th) for th in self.threads.values()]
+        per_thread = self._estimated()["threads"]
+        return [self._with(th, per_thread.get(th["tid"], {})) for th in self.threads.values()]
 
-    def _estimated(self, th: dict) -> dict:
-        """Fill in what a category measured by counting (or not at all) no longer times.
+    def part_extras(self) -> dict[str, dict[str, Extra]]:
+        """Per operation name (and ``<none>``): what the estimates add to each category."""
+        return self._estimated()["parts"] if self.estimates else {}
 
-        Segments between the budget's mode changes: timed segments are exact and give
-        the time per call, calls per second and transitions per call; a count segment
-        has exact calls and gets time from the latest timed segment; an off segment
-        gets both. Estimated time is moved out of Python, where the kernel puts it.
-        """
-        orig = th
-        th = {**th, "ns": [list(x) for x in th["ns"]], "calls": list(th["calls"]),
-              "trans": [list(x) for x in th["trans"]]}
-        zero = {"ns": [[0, 0]] * 4, "calls": [0] * 4, "trans": [[0] * 4] * 4, "oh": [0] * 4}
-        for cat, segs in self._segs.items():
-            ci = CATEGORIES.index(cat)
-            bounds = [(mode, ts, snap.get(th["tid"], zero)) for mode, ts, snap in segs]
-            bounds.append((None, self.last_ts, orig))      # measured values, never the estimate
-            stats = None
-            extra_ns, extra_calls = 0.0, 0.0
-            extra_trans = [0.0] * 4
-            for (mode, t0, a), (_, t1, b) in zip(bounds, bounds[1:]):
-                dcalls = b["calls"][ci] - a["calls"][ci]
-                if mode == "timed":
-                    dns = sum(b["ns"][ci]) - sum(a["ns"][ci]) - (b.get("oh", zero["oh"])[ci] - a.get("oh", zero["oh"])[ci])
-                    if dcalls > 0 and t1 > t0:
-                        on = b["ns"][ci][0] - a["ns"][ci][0]
-                        stats = (max(0, dns) / dcalls, dcalls / (t1 - t0),
-                                 on / max(1, on + b["ns"][ci][1] - a["ns"][ci][1]),
-                                 [(b["trans"][f][ci] - a["trans"][f][ci]) / dcalls for f in range(4)])
-                    continue
-                if stats is None:
-                    continue
-                mean, rate, on_frac, per_call = stats
-                if mode == "off":       # calls counted while probes were being removed stay
-                    est = max(rate * max(0, t1 - t0), dcalls)
-                    extra_calls += est - dcalls
-                    for f in range(4):
-                        extra_trans[f] += (est - dcalls) * per_call[f]
-                    dcalls = est
-                extra_ns += dcalls * mean
-            th["calls"][ci] += round(extra_calls)
-            for f in range(4):
-                th["trans"][f][ci] += round(extra_trans[f])
-            if extra_ns:
-                self._move_from_python(th, ci, extra_ns, on_frac)
-        return th
+    def estimate_info(self) -> dict[str, dict]:
+        """Per estimated category: mode, windows, the time they covered, the 95% bound (ns) and
+        whether some of it cannot be estimated yet (calls, but no window)."""
+        return self._estimated()["info"] if self.estimates else {}
 
     def samples(self, cat: str) -> int:
-        """How many timed sample windows a category got after the budget turned it off."""
-        return sum(1 for mode, _, _ in self._segs.get(cat, [])[1:] if mode == "timed")
+        """How many timed windows a category got after the budget turned it down."""
+        est = self.estimates.get(cat)
+        return max(0, est.windows - 1) if est else 0
+
+    def _estimated(self) -> dict:
+        key = (self.last_ts, len(self.threads), len(self.ops))
+        if self._est_cache is not None and self._est_cache[0] == key:
+            return self._est_cache[1]
+        parts: dict[str, dict[str, Extra]] = {}
+        threads: dict[int, dict[str, Extra]] = {}
+        info = {}
+        for cat, est in self.estimates.items():
+            ex, ext, bound = est.now(self.threads, self.ops, self.last_ts)
+            total = sum(sum(e.ns) for e in ex.values())
+            t_total = sum(sum(e.ns) for e in ext.values())
+            f = total / t_total if t_total else 0.0          # thread rows add up to the parts
+            for name, e in ex.items():
+                parts.setdefault(name, {})[cat] = e
+            for tid, e in ext.items():
+                threads.setdefault(tid, {})[cat] = Extra([e.ns[0] * f, e.ns[1] * f], e.calls, e.trans, e.unknown)
+            info[cat] = {"mode": est.base_mode, "windows": est.windows, "window_s": est.window_ns / 1e9,
+                         "estimated_s": est.estimated_s(self.last_ts), "bound_ns": bound,
+                         "unknown": any(e.unknown for e in ex.values()), "extra_ns": total,
+                         "extra_calls": sum(e.calls for e in ex.values())}
+        out = {"parts": parts, "threads": threads, "info": info}
+        self._est_cache = (key, out)
+        return out
 
     @staticmethod
-    def _move_from_python(th: dict, ci: int, ns: float, on_frac: float) -> None:
-        take_on = min(ns * on_frac, th["ns"][0][0])
-        take_off = min(ns - take_on, th["ns"][0][1])
-        th["ns"][0][0] -= take_on
-        th["ns"][0][1] -= take_off
-        th["ns"][ci][0] += take_on
-        th["ns"][ci][1] += take_off
+    def _with(th: dict, extras: dict[str, Extra]) -> dict:
+        """A thread record with estimated time moved out of Python into its categories."""
+        if not extras:
+            return th
+        th = {**th, "ns": [list(x) for x in th["ns"]], "calls": list(th["calls"]),
+              "trans": [list(x) for x in th["trans"]]}
+        apply_extras(th, extras)
+        return th
 
     def probe_hits(self) -> dict[str, int]:
         """Hits per probe label, summed over libraries."""
@@ -226,3 +234,19 @@ class Accounting:
         t0 = self.meta.get("t0", 0)
         return {"split": tot, "late_events": self.engine.late,
                 "overlap": overlap(busy, [], t0, self.last_ts)}
+
+
+def apply_extras(rec: dict, extras: dict[str, Extra]) -> None:
+    """Move estimated time out of a record's Python into its categories, and add the
+    estimated calls and transitions (a thread record or an operation row, in place)."""
+    for cat, e in extras.items():
+        ci = CATEGORIES.index(cat)
+        take_on = min(e.ns[0], rec["ns"][0][0])
+        take_off = min(e.ns[1], rec["ns"][0][1])
+        rec["ns"][0][0] -= take_on
+        rec["ns"][0][1] -= take_off
+        rec["ns"][ci][0] += take_on
+        rec["ns"][ci][1] += take_off
+        rec["calls"][ci] += round(e.calls)
+        for f in range(4):
+            rec["trans"][f][ci] += round(e.trans[f])

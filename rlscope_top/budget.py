@@ -1,11 +1,16 @@
 """The overhead budget: keep the probes' estimated cost under --max-overhead.
 
-Each window (1 s) it prices the hits of every probe with its calibrated cost. When
+Each window (0.5 s; 50 ms for the first ones after attach, so that a costly probe set does
+not run a second at full rate before it is priced) it prices the hits of every probe with its calibrated cost. When
 the total is above the budget, the category whose probes cost most is made cheaper:
 timed -> count (exit probes removed; calls and transitions stay exact, time becomes
 estimated) -> off (no probes; calls and time estimated from the rates measured
 before). It goes straight to off when counting alone would still be over budget.
 Steps are never undone within a session.
+
+Sources outside the probes (the GPU agent: its buffer callbacks and CUPTI's own cost
+per traced activity) are priced in the same window and may be the one made cheaper
+(the GPU source then traces in windows, with estimates between them).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 
 WINDOW_S = 0.5
+FIRST_WINDOW_S = 0.05   # right after attach (Collector.settle)
 STEPS = ("timed", "count", "off")
 COUNT_KEEPS = 0.5   # counting keeps the entry probe of each begin/end pair: about half the cost
 
@@ -21,7 +27,7 @@ COUNT_KEEPS = 0.5   # counting keeps the entry probe of each begin/end pair: abo
 class Decision:
     """One step taken by the budget."""
 
-    category: int
+    category: int | str          # a probe category, or a source's name ("gpu")
     overhead_pct: float
     category_pct: float
     mode: str = "count"
@@ -32,8 +38,10 @@ class Budget:
 
     def __init__(self, max_pct: float):
         self.max_pct = max_pct
+        self.window_s = WINDOW_S
         self._last_ts: float | None = None
         self._last_hits: list[int] = []
+        self._last_extra: dict[str, int] = {}
         self.last_pct = 0.0
 
     def reset(self) -> None:
@@ -41,7 +49,7 @@ class Budget:
         self._last_ts = None
 
     def update(self, now_s: float, hits: list[int], probes: list[tuple[int, int, int]],
-               modes: dict[int, str]) -> Decision | None:
+               modes: dict[int, str], extra: dict[str, tuple[int, bool]] | None = None) -> Decision | None:
         """Feed cumulative hits; returns a step to take, or None.
 
         Args:
@@ -49,26 +57,35 @@ class Budget:
             hits: cumulative hits per probe id.
             probes: (probe id, category, current cost per hit in ns) of attached probes.
             modes: current mode per category.
+            extra: per source, (cumulative cost ns, whether it can still be made cheaper).
         """
+        extra = extra or {}
         if self._last_ts is None:
             self._last_ts, self._last_hits = now_s, list(hits)
+            self._last_extra = {k: v for k, (v, _) in extra.items()}
             return None
         dt = now_s - self._last_ts
-        if dt < WINDOW_S:
+        if dt < self.window_s:
             return None
-        per_cat: dict[int, float] = {}
+        per_cat: dict[int | str, float] = {}
         for pid_, cat, cost in probes:
             d = hits[pid_] - (self._last_hits[pid_] if pid_ < len(self._last_hits) else 0)
             per_cat[cat] = per_cat.get(cat, 0.0) + d * cost
+        for name, (cum, _) in extra.items():
+            per_cat[name] = max(0, cum - self._last_extra.get(name, cum))
         self._last_ts, self._last_hits = now_s, list(hits)
+        self._last_extra = {k: v for k, (v, _) in extra.items()}
         total_pct = 100 * sum(per_cat.values()) / (dt * 1e9)
         self.last_pct = total_pct
         if total_pct <= self.max_pct:
             return None
-        candidates = [(v, c) for c, v in per_cat.items() if modes.get(c, "timed") != "off" and v > 0]
+        candidates = [(v, c) for c, v in per_cat.items() if v > 0 and
+                      (extra[c][1] if isinstance(c, str) else modes.get(c, "timed") != "off")]
         if not candidates:
             return None
-        v, cat = max(candidates)
+        v, cat = max(candidates, key=lambda x: x[0])
         cat_pct = 100 * v / (dt * 1e9)
+        if isinstance(cat, str):
+            return Decision(cat, total_pct, cat_pct, "windowed")
         fits = modes.get(cat, "timed") == "timed" and total_pct - cat_pct * (1 - COUNT_KEEPS) <= self.max_pct
         return Decision(cat, total_pct, cat_pct, "count" if fits else "off")

@@ -2,7 +2,9 @@
 
 Commands (one per line): ``loop MODE N K`` runs N iterations and answers with a
 JSON line {loop_ns, body_ns}; ``pingpong N`` runs N round trips between two threads
-and answers {loop_ns, switches}. Modes: bracket, bracket_ool, pair, pair_ool.
+and answers {loop_ns, switches}. Modes: bracket, bracket_ool, pair, pair_ool, and
+``torch`` (N additions of two 8x8 tensors: a real torch op binding, for the torch
+probes' own cost; body_ns is then 0: the binding's own time is not known).
 """
 
 from __future__ import annotations
@@ -38,6 +40,18 @@ def _pingpong(n: int) -> dict:
     return {"loop_ns": dt, "switches": (after.ru_nvcsw - before.ru_nvcsw) + (after.ru_nivcsw - before.ru_nivcsw)}
 
 
+def _torch_op():
+    """A tiny torch op, or None where torch is not installed."""
+    try:
+        import torch  # noqa: PLC0415
+    except ImportError:
+        return None
+    torch.set_num_threads(1)
+    a, w = torch.randn(8, 8), torch.randn(8, 8)
+    add = torch.add
+    return lambda k: add(a, w)
+
+
 def main() -> None:
     """Serve loop requests until stdin closes."""
     lib = ctypes.CDLL(sys.argv[1])
@@ -49,6 +63,7 @@ def main() -> None:
         "pair_ool": lambda k: lib.cal_ool(k),
         "bracket": lambda k: lib.cal_bracket(k),
         "bracket_ool": lambda k: lib.cal_bracket_ool(k),
+        "torch": _torch_op(),
     }
     print("ready", flush=True)
     for line in sys.stdin:
@@ -62,7 +77,7 @@ def main() -> None:
         for _ in range(n):
             fn(k)
         dt = time.perf_counter_ns() - t0
-        print(json.dumps({"loop_ns": dt, "body_ns": lib.cal_body_ns()}), flush=True)
+        print(json.dumps({"loop_ns": dt, "body_ns": lib.cal_body_ns() if cmd[1] != "torch" else 0}), flush=True)
 
 
 if __name__ == "__main__":

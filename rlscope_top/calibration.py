@@ -20,6 +20,8 @@ import json
 import os
 import time
 
+from .safe_files import write_atomic
+
 SCHEMA = "rlscope-top.calibration/1"
 DEFAULT_PATH = "/var/lib/rlscope-top/calibration.json"
 
@@ -56,15 +58,19 @@ class Calibration:
     measured: bool
     key: str
 
-    def cost(self, kind: str, emulated: bool) -> dict:
+    def cost(self, kind: str, emulated: bool, group: str = "") -> dict:
         """The 4-way split used by the BPF program for one catalog probe kind.
 
         Args:
             kind: catalog kind (pair, enter, exit, count, range_begin, range_end).
             emulated: whether the probed instruction is emulated (cheap) or stepped out of line.
+            group: the probe set; torch's begin/end probes have their own measured cost
+                (``bracket_torch``: a torch binding, not a C loop) when calibrate measured it.
         """
         base = "pair" if kind == "pair" else "bracket"
         k = self.kinds[base if emulated else base + "_ool"]
+        if group == "torch" and kind in ("enter", "exit") and emulated and "bracket_torch" in self.kinds:
+            k = self.kinds["bracket_torch"]
         o, i = k["outside"], k["inside"]
         if kind in ("pair", "enter", "exit"):     # a bracket's two probes share its cost
             return {"enter_before": o // 2, "enter_after": i // 2,
@@ -72,9 +78,9 @@ class Calibration:
         half = (o + i) // 4                        # a lone probe: half a bracket, all in one category
         return {"enter_before": half, "enter_after": half, "exit_before": half, "exit_after": half}
 
-    def hit_ns(self, kind: str, emulated: bool) -> int:
+    def hit_ns(self, kind: str, emulated: bool, group: str = "") -> int:
         """Total cost of one hit (a pair counts both of its probes)."""
-        c = self.cost(kind, emulated)
+        c = self.cost(kind, emulated, group)
         if kind == "pair":
             return sum(c.values())
         return c["exit_before"] + c["exit_after"] if kind == "exit" else c["enter_before"] + c["enter_after"]
@@ -107,8 +113,5 @@ def save(kinds: dict, details: dict) -> str:
         pass
     data["machines"][machine_key()] = {"kinds": kinds, "details": details, "measured_at": time.time()}
     os.makedirs(os.path.dirname(p), exist_ok=True)
-    tmp = p + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=2)
-    os.replace(tmp, p)
+    write_atomic(p, json.dumps(data, indent=2), mode=0o644)
     return p

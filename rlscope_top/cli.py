@@ -5,13 +5,16 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import signal
 import sys
 
 from . import __version__, op_rules
-from . import summary as S
 from .errors import EXIT_INTERNAL, RlscopeError, UsageError
 from .probes import catalog
-from .session import Options
+
+# Importing the session pulls in numpy, whose BLAS pool starts threads: `run` imports it
+# with SIGINT/SIGTERM blocked, so that only its forwarder ever takes them (launch.py).
+FORWARDED = {signal.SIGINT, signal.SIGTERM}
 
 EPILOG = """examples:
   rlscope-top 12345                      watch PID 12345 on the live screen (q quits)
@@ -20,6 +23,7 @@ EPILOG = """examples:
   rlscope-top 12345 --op rollout='*/train.py:collect' --op env:simulation=step_env
   rlscope-top demo --headless --duration 10
   rlscope-top run -- python train.py     launch with GPU kernel timing (CUPTI) and the same probes
+  rlscope-top symbols libmysim.so --pid 12345 '*step*'   functions --sim-lib can probe
   rlscope-top doctor [PID]
   rlscope-top compare torch.json jax.json --steps-a 20000 --steps-b 20000
 """
@@ -31,7 +35,7 @@ def _sim_lib(text: str) -> tuple[str, list[str]]:
     if not lib or not names:
         raise argparse.ArgumentTypeError(
             f"{text!r}: name the entry points, e.g. libmysim.so:sim_step,sim_reset "
-            "(list them with `nm -D --defined-only LIB`)")
+            "(list them with `rlscope-top symbols LIB`)")
     return lib, names
 
 
@@ -59,8 +63,13 @@ def _sample_rate(text: str) -> float:
     return v
 
 
+def _digits(text: str) -> bool:
+    """ASCII digits only: str.isdigit() also takes '١٢٣' and '²'."""
+    return text.isascii() and text.isdigit()
+
+
 def _pid(text: str) -> int:
-    if not text.isdigit():
+    if not _digits(text) or int(text) == 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not a PID (a positive whole number)")
     return int(text)
 
@@ -72,7 +81,8 @@ def _session_args(p: argparse.ArgumentParser) -> None:
                    help="no live screen: print the summary at the end (also when stdout is not a terminal)")
     p.add_argument("--interval", type=_positive, default=1.0, metavar="S", help="display refresh (default 1)")
     p.add_argument("--sim-lib", type=_sim_lib, action="append", default=[], metavar="LIB:SYM[,SYM]",
-                   help="also probe a simulator library's entry points (repeatable)")
+                   help="also probe a simulator library's entry points (repeatable); SYM is the exact "
+                        "(mangled) name: `rlscope-top symbols LIB [PATTERN]` lists them")
     p.add_argument("--ring", metavar="PATH", help="ring file path (default under /dev/shm/rlscope-top)")
     p.add_argument("--keep-ring", action="store_true", help="keep the ring file after the session")
     p.add_argument("--max-overhead", type=_positive, default=5.0, metavar="PCT",
@@ -100,7 +110,8 @@ def parser() -> argparse.ArgumentParser:
     a.add_argument("pid", type=_pid, metavar="PID")
     _session_args(a)
     a.add_argument("--gpu-activity", action="store_true",
-                   help="inject the GPU activity agent with sys.remote_exec (target and rlscope-top on CPython >= 3.14)")
+                   help="time GPU kernels: inject rlscope-top's GPU agent into PID with ptrace when it has none "
+                        "(any CUDA process; it stays loaded and idle after detach)")
     r = sub.add_parser("run", help="launch a command with GPU activity (CUPTI) on and attach to it: run [opts] -- CMD ...")
     _session_args(r)
     r.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ARGS", help="the command to launch")
@@ -114,6 +125,7 @@ def parser() -> argparse.ArgumentParser:
     doc.add_argument("pid", type=_pid, nargs="?", metavar="PID")
     sub.add_parser("calibrate", help="measure each probe kind's cost on this machine (needs root, gcc)")
     _compare_args(sub)
+    _symbols_args(sub)
     return ap
 
 
@@ -127,6 +139,15 @@ def _compare_args(sub) -> None:
     c.add_argument("--names", type=_names, metavar="A,B", help="column titles (default: the file names)")
 
 
+def _symbols_args(sub) -> None:
+    s = sub.add_parser("symbols", help="list a library's functions that --sim-lib LIB:SYM can probe")
+    s.add_argument("lib", metavar="LIB", help="the library's path, or with --pid the name of a library PID maps")
+    s.add_argument("pattern", nargs="?", metavar="PATTERN",
+                   help="glob or substring of the mangled or demangled name (case-insensitive)")
+    s.add_argument("--pid", type=_pid, metavar="PID", help="look LIB up among the libraries PID maps")
+    s.add_argument("--json", action="store_true", help="one JSON document instead of the table")
+
+
 def _names(text: str) -> tuple[str, str]:
     a, sep, b = text.partition(",")
     if not sep or not a.strip() or not b.strip():
@@ -135,17 +156,20 @@ def _names(text: str) -> tuple[str, str]:
 
 
 def _count(text: str) -> int:
-    if not text.isdigit() or int(text) == 0:
+    if not _digits(text) or int(text) == 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not a step count (a whole number > 0)")
     return int(text)
 
 
-def _options(ns: argparse.Namespace, pid: int) -> Options:
+def _options(ns: argparse.Namespace, pid: int):
+    from . import summary as S  # noqa: PLC0415 - heavy (numpy): after `run` blocked its signals
+    from .session import Options  # noqa: PLC0415
+
     gpu = None
     if getattr(ns, "gpu_activity", False):
-        from .gpu_collector import GpuOptions  # noqa: PLC0415
+        from .gpu_source import GpuOptions  # noqa: PLC0415
 
-        gpu = GpuOptions(remote_exec=True)
+        gpu = GpuOptions(inject=True)
     if ns.summary and (why := S.path_problem(ns.summary)):
         raise UsageError(f"cannot write the summary to {ns.summary}: {why}",
                          hint="give a file path in a writable directory, e.g. --summary run.json")
@@ -176,6 +200,9 @@ def _dispatch(ns: argparse.Namespace) -> int:
         from .compare import run as compare  # noqa: PLC0415
         compare(ns.summary_a, ns.summary_b, ns.steps_a or ns.steps, ns.steps_b or ns.steps, ns.names)
         return 0
+    if ns.cmd == "symbols":
+        from .symbols_cmd import run as symbols  # noqa: PLC0415
+        return symbols(ns.lib, ns.pattern, ns.pid, ns.json)
     if ns.cmd == "calibrate":
         from .calibrate import run as calibrate  # noqa: PLC0415
         calibrate()
@@ -190,10 +217,14 @@ def _dispatch(ns: argparse.Namespace) -> int:
         from .launch import run as launch  # noqa: PLC0415
         return launch(_options(ns, 0), _command(ns), live=live)
     if getattr(ns, "gpu_activity", False):
-        from .remote import check  # noqa: PLC0415
-        from .target import check_target  # noqa: PLC0415
+        from .probes.gpu_inject import built_agent, preflight  # noqa: PLC0415
+        from .probes.gpu_region import find  # noqa: PLC0415
+        from .target import check_target, require_root  # noqa: PLC0415
+        require_root()
         check_target(ns.pid)
-        check(ns.pid)
+        if find(ns.pid) is None:          # refused before anything is attached, with the reason
+            built_agent()
+            preflight(ns.pid)
     if ns.cmd == "demo":
         from .demo import demo  # noqa: PLC0415
         demo(_options(ns, 0), live=live)
@@ -206,12 +237,14 @@ def _dispatch(ns: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `rlscope-top` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0].lstrip("-").isdigit() and not argv[0].startswith("-"):
+    if argv and argv[0].isdigit():        # non-ASCII digits too: _pid then says why not
         argv.insert(0, "attach")           # `rlscope-top PID` shorthand
-    ns = parser().parse_args(argv)
+    ns = _parse(argv)
     if ns.cmd is None:
         parser().print_help(sys.stderr)
         return 2
+    if ns.cmd == "run":
+        _import_with_signals_blocked()
     try:
         return _dispatch(ns)
     except RlscopeError as e:
@@ -225,6 +258,24 @@ def main(argv: list[str] | None = None) -> int:
             raise
         _error(f"internal error: {type(e).__name__}: {e}", "rerun with RLSCOPE_DEBUG=1 and report the traceback")
         return EXIT_INTERNAL
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    ns, extra = parser().parse_known_args(argv)
+    if extra and ns.cmd == "symbols" and ns.pattern is None and len(extra) == 1 and not extra[0].startswith("-"):
+        ns.pattern = extra[0]      # `symbols LIB --pid N PATTERN`: argparse leaves a positional after an option over
+    elif extra:
+        parser().parse_args(argv)  # argparse's own error for the leftovers
+    return ns
+
+
+def _import_with_signals_blocked() -> None:
+    """Threads started while importing (numpy's BLAS pool) never take SIGINT/SIGTERM."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
+    try:
+        from . import session  # noqa: F401, PLC0415
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def _error(msg: str, hint: str) -> None:

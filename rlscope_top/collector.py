@@ -8,6 +8,7 @@ totals. Record types are documented in docs/ring-format.md.
 from __future__ import annotations
 
 import platform
+import random
 import time
 from typing import Callable
 
@@ -19,18 +20,24 @@ from .probes import frameworks as FW
 from .probes.stack_sampler import StackSampler
 from .probes import loader as L
 from .probes.loader import BccUnavailable, OpCounters, ProbeSet, ThreadCounters
-from .budget import Budget
-from .ring import RingWriter
+from .budget import FIRST_WINDOW_S, WINDOW_S, Budget
+from .ring import RecordTooLarge, RingWriter
+from .thread_fold import ExitedThreads, fold_all
 from .target import command_line, is_alive, thread_name, thread_running
 
 SCAN_PERIOD_S = 0.5     # new libraries are picked up within this (+ one tick)
-SAMPLE_WINDOW_S = 0.5   # a category the budget turned off is timed again this long ...
-MIN_SAMPLE_PERIOD_S = 5.0   # ... at most this often (further apart when it costs more)
+SAMPLE_WINDOW_S = 0.4   # a category the budget turned down is timed again this long (at most) ...
+MIN_WINDOW_S = 0.1      # ... shorter where it costs more, so that windows come often enough to land
+                        # on every phase of a loop within the budget ...
+MIN_SAMPLE_PERIOD_S = 2.0   # ... at most this often (further apart when it costs more) ...
+SAMPLE_JITTER = 0.5     # ... at a random offset of up to +-50% of the period, so that windows
+                        # land on every phase of a loop, not always on the same one
 SAMPLE_SHARE = 0.35     # share of the budget the sample windows may use
 META_PERIOD_S = 10.0    # late readers find a meta record within this
 SAMPLER_WINDOW_S = 5.0  # the stack sampler's CPU is checked over this ...
 SAMPLER_SHARE = 0.5     # ... against this share of the overhead budget (% of one core)
 MIN_SAMPLE_HZ = 10.0
+SETTLE_STEPS = 4        # 50 ms budget windows right after attach: timed -> count -> off, and a second category
 
 
 class Collector:
@@ -39,14 +46,17 @@ class Collector:
     def __init__(self, pid: int, ring: RingWriter, specs: list[catalog.ProbeSpec] | None = None,
                  notify: Callable[[str, str], None] | None = None, interval_s: float = 1.0,
                  max_probes: int = catalog.MAX_PROBES, max_overhead_pct: float = 5.0, timeline: bool = False,
-                 op_rules: list | None = None, sample_hz: float = 0.0):
+                 op_rules: list | None = None, sample_hz: float = 0.0, sources: list | None = None):
         self.pid, self.ring, self.interval_s = pid, ring, interval_s
+        self.sources = list(sources or [])   # e.g. rlscope_top.gpu_source.GpuSource: start/tick/drain/finish/stop
         self.specs = specs if specs is not None else catalog.builtin()
         self._notify = notify or (lambda level, msg: None)
-        self.probes = ProbeSet(pid, self.specs, max_probes=max_probes, notify=self._note, timeline=timeline)
+        self.probes = ProbeSet(pid, self.specs, max_probes=max_probes, notify=self.note, timeline=timeline)
         self.command = command_line(pid)
         self._names: dict[int, str] = {}
-        self._threads: dict[int, dict] = {}
+        self._threads: dict[int, dict] = {}     # live threads' rows
+        self._exited = ExitedThreads()
+        self._folded_note = False
         self._open: dict[int, list[tuple[str, int]]] = {}
         self._last_scan = self._last_meta = 0.0
         self.t0_ns = 0
@@ -62,10 +72,10 @@ class Collector:
         self._aops: dict[int, int] = {}          # tid -> annotated op at the latest read
         self._smp_window = (0.0, 0.0)            # (monotonic s, sampler CPU s) at the window start
 
-    def _note(self, level: str, msg: str) -> None:
+    def note(self, level: str, msg: str) -> None:
+        """A notice: to the user (stderr, unless the screen owns the terminal) and to the ring."""
         self._notify(level, msg)
-        if self.t0_ns:
-            self.ring.write(R.note(time.monotonic_ns(), level, msg))
+        self.ring.write(R.note(time.monotonic_ns(), level, msg))
 
     # -- lifecycle ---------------------------------------------------------
     def start(self) -> None:
@@ -85,17 +95,36 @@ class Collector:
             raise AttachError(f"cannot attach probes to PID {self.pid}: {_last_line(e)}", pid=self.pid,
                               hint="check `rlscope-top doctor`; tracefs must be mounted and you must be root") from None
         self._last_scan = self._last_meta = time.monotonic()
+        self.probes.set_ranges(self.probes.category_ranges())
         self._find_annotations()
         self._start_sampler()
         self.ring.write(self._meta())
         missing = [g for g in ("torch", "cudart", "mujoco") if g not in self.probes.groups]
         if not self.probes.groups:
-            self._note("warn", f"PID {self.pid} maps none of the known libraries (torch, cudart, libcuda, "
+            self.note("warn", f"PID {self.pid} maps none of the known libraries (torch, cudart, libcuda, "
                                "mujoco): counting Python and on/off-CPU time only; probes attach if one is loaded later")
         elif missing:
-            self._note("info", "not loaded (yet): " + ", ".join(missing))
+            self.note("info", "not loaded (yet): " + ", ".join(missing))
         for group, syms in self.probes.missing.items():   # a build that lacks a symbol: say so in the summary
-            self._note("warn", f"{group}: {len(syms)} probe(s) not attached: {', '.join(syms)[:300]}")
+            self.note("warn", f"{group}: {len(syms)} probe(s) not attached: {', '.join(syms)[:300]}")
+        for src in self.sources:
+            src.start(self)
+        self._settle()
+
+    def _settle(self) -> None:
+        """Price the probes in 50 ms windows right after attach and step down at once while
+        over budget, instead of running the whole set at full cost for the first 0.5 s."""
+        self.budget.window_s = FIRST_WINDOW_S
+        try:
+            for _ in range(SETTLE_STEPS):
+                self.budget.reset()
+                self._apply_budget(time.monotonic(), self.probes.hits())    # the window's start
+                time.sleep(FIRST_WINDOW_S)
+                if not self._apply_budget(time.monotonic(), self.probes.hits()):
+                    return
+        finally:
+            self.budget.reset()
+            self.budget.window_s = WINDOW_S
 
     def tick(self) -> None:
         """Pick up new libraries, drain events, and write one counters record."""
@@ -104,6 +133,7 @@ class Collector:
             self._last_scan = now
             self._find_annotations()
             if self.probes.scan():
+                self.probes.set_ranges(self.probes.category_ranges())
                 self.ring.write(self._meta())
                 self._last_meta = now
         if now - self._last_meta >= META_PERIOD_S:
@@ -112,64 +142,122 @@ class Collector:
         self._drain_events()
         self._check_sampler()
         ctr = self._counters()
-        self.ring.write(ctr)
+        self._write_counters(ctr)
+        for src in self.sources:
+            src.tick()
         if not self._sample(now):
             self._apply_budget(now, ctr["hits"])
 
     def _sample(self, now: float) -> bool:
-        """Time categories the budget turned off for a short window now and then.
+        """Time categories the budget turned down (count or off) for a short window now and then.
 
-        The estimates for the time in between use the latest window's time per call and
-        call rate, so they follow a job whose mix changes. Returns whether a window is open.
+        The estimates between windows come from all windows so far, per operation
+        (rlscope_top/estimates.py). Windows start at jittered times, so that they sample
+        every phase of the program. Returns whether a window is open.
         """
         busy = False
         for cat, st in self._samples.items():
-            mode = self.probes.modes.get(cat)
-            if st["until"] is None and mode == "off" and now >= st["next"]:
+            name = catalog.CATEGORY_NAMES[cat]
+            if st["until"] is None and now >= st["next"]:
                 self.probes.restore(cat)
-                self.ring.write(self._counters())
-                self.ring.write(R.mode(time.monotonic_ns(), catalog.CATEGORY_NAMES[cat], "timed", 0.0,
-                                       self.budget.max_pct))
-                st["until"] = now + SAMPLE_WINDOW_S
+                self._write_counters(self._counters())
+                self.ring.write(R.mode(time.monotonic_ns(), name, "timed", 0.0, self.budget.max_pct))
+                st["until"], st["opened"] = now + st["window"], (now, self._category_cost_ns(cat))
             elif st["until"] is not None and now >= st["until"]:
-                self.ring.write(self._counters())
-                while self.probes.degrade(cat) != "off":
+                self._write_counters(self._counters())
+                self._reprice(st, now, self._category_cost_ns(cat))     # at full cost, before the step down
+                while self.probes.degrade(cat) != st["mode"]:
                     pass
-                self.ring.write(R.mode(time.monotonic_ns(), catalog.CATEGORY_NAMES[cat], "off", 0.0,
-                                       self.budget.max_pct))
-                st["until"], st["next"] = None, now + st["period"]
+                self.ring.write(R.mode(time.monotonic_ns(), name, st["mode"], 0.0, self.budget.max_pct))
+                st["until"], st["next"] = None, now + _jittered(st["period"])
                 self.budget.reset()
             busy = busy or st["until"] is not None
         return busy
 
-    def _apply_budget(self, now: float, hits: list[int]) -> None:
+    def _category_cost_ns(self, cat: int) -> int:
+        """Calibrated cost of one category's probe hits so far."""
+        hits = self.probes.hits()
+        return sum(hits[a.id] * a.cost_ns for a in self.probes.attached
+                   if a.parts and a.spec.category == cat and a.id < len(hits))
+
+    def _reprice(self, st: dict, now: float, cost_ns: int) -> None:
+        """Space the windows by what they cost, on average over the windows so far (a phase
+        with more calls costs more than the one the first decision saw)."""
+        t0, c0 = st.pop("opened")
+        st["win_s"] = st.get("win_s", 0.0) + (now - t0)
+        st["win_cost_s"] = st.get("win_cost_s", 0.0) + (cost_ns - c0) / 1e9
+        if st["win_s"] > 0:
+            st.update(self._spacing(100.0 * st["win_cost_s"] / st["win_s"]))
+
+    def _spacing(self, pct: float) -> dict:
+        """Window length and period for a category that costs ``pct`` when timed: the windows
+        use SAMPLE_SHARE of the budget; a costlier category gets shorter, not rarer, windows."""
+        window = min(SAMPLE_WINDOW_S, max(MIN_WINDOW_S, SAMPLE_WINDOW_S * 10.0 / max(pct, 1e-9)))
+        return {"window": window,
+                "period": max(MIN_SAMPLE_PERIOD_S, window * pct / (SAMPLE_SHARE * self.budget.max_pct))}
+
+    def poll_windows(self, now: float) -> None:
+        """Open or close a timed window on time (between ticks: windows are shorter than one)."""
+        if any((st["until"] is None and now >= st["next"]) or (st["until"] is not None and now >= st["until"])
+               for st in self._samples.values()):
+            self._sample(now)
+
+    def _apply_budget(self, now: float, hits: list[int]) -> bool:
+        """Feed the budget; take the step it asks for. Returns whether one was taken."""
         probes = [(a.id, a.spec.category, a.cost_ns) for a in self.probes.attached if a.parts]
-        d = self.budget.update(now, hits, probes, self.probes.modes)
+        extra = {s.name: (s.cost_ns(), s.can_degrade()) for s in self.sources if hasattr(s, "cost_ns")}
+        d = self.budget.update(now, hits, probes, self.probes.modes, extra)
         if d is None:
-            return
+            return False
+        self._write_counters(self._counters())   # the figures as of the step: the estimates start here
+        if isinstance(d.category, str):      # a source (the GPU agent) is the costly part
+            src = next(s for s in self.sources if getattr(s, "name", None) == d.category)
+            how = src.degrade(d)
+            self.ring.write(R.mode(time.monotonic_ns(), d.category, "windowed", d.overhead_pct, self.budget.max_pct))
+            self.note("warn", f"overhead {d.overhead_pct:.1f}% > budget {self.budget.max_pct:g}%: "
+                              f"{d.category} ({d.category_pct:.1f}%) -> {how}")
+            return True
         name = catalog.CATEGORY_NAMES[d.category]
         new = self.probes.degrade(d.category)
         self.ring.write(R.mode(time.monotonic_ns(), name, new, d.overhead_pct, self.budget.max_pct))
         if new != d.mode:               # counting alone would not fit: remove the entries too
             new = self.probes.degrade(d.category)
             self.ring.write(R.mode(time.monotonic_ns(), name, new, d.overhead_pct, self.budget.max_pct))
-        if new == "off":                # keep the estimate fresh with short timed windows
-            period = max(MIN_SAMPLE_PERIOD_S,
-                         SAMPLE_WINDOW_S * d.category_pct / (SAMPLE_SHARE * self.budget.max_pct))
-            self._samples[d.category] = {"next": now + period, "until": None, "period": period}
-        # Only the "off" text may read the sample period: "count" has none (KeyError before).
-        how = ("counting calls only; its time is now estimated" if new == "count" else
-               "per-call probes removed; calls and time are estimated, re-timed 0.5 s every "
-               f"{self._samples[d.category]['period']:.0f} s")
-        self._note("warn", f"overhead {d.overhead_pct:.1f}% > budget {self.budget.max_pct:g}%: "
-                           f"{name} ({d.category_pct:.1f}%) -> {how}")
+        spacing = self._spacing(d.category_pct)
+        period = spacing["period"]
+        st = self._samples.setdefault(d.category, {"next": now + _jittered(period), "until": None})
+        st.update(spacing, mode=new)           # keep the estimate fresh with short timed windows
+        how = ("counting calls only; its time is" if new == "count" else
+               "per-call probes removed; calls and time are")
+        self.note("warn", f"overhead {d.overhead_pct:.1f}% > budget {self.budget.max_pct:g}%: "
+                          f"{name} ({d.category_pct:.1f}%) -> {how} estimated, re-timed "
+                          f"{spacing['window']:.2g} s about every {period:.0f} s")
+        return True
+
+    def _write_counters(self, ctr: dict) -> None:
+        try:
+            self.ring.write(ctr)
+        except RecordTooLarge:           # thousands of live threads: one row per kind, said once
+            ctr["threads"] = fold_all(ctr["threads"], self.pid)
+            ctr["folded"] = True
+            if not self._folded_note:
+                self._folded_note = True
+                self.note("warn", f"{len(self._threads)} live threads do not fit in one ring record: "
+                                  "threads other than the main one are shown folded")
+            self.ring.write(ctr)
+        for src in self.sources:
+            src.on_counters(ctr)
 
     def stop_counting(self, reason: str) -> None:
         """Freeze the counters and write the final records (probes stay attached)."""
+        for src in self.sources:          # e.g. the GPU agent's last buffers (a forced flush)
+            src.drain()
         frozen = self.probes.freeze()
         self._stop_operations()
         self._drain_events()
-        self.ring.write(self._counters(frozen))
+        self._write_counters(self._counters(frozen))
+        for src in self.sources:
+            src.finish(frozen)
         self.ring.write(R.end(frozen, reason))
 
     # -- operations ----------------------------------------------------------
@@ -184,7 +272,7 @@ class Collector:
         self.probes.set_annotation_region(self.region.address)
         self.region.attach()
         self._refresh_names()
-        self._note("info", f"PID {self.pid} is annotated (rlscope_top.operation): "
+        self.note("info", f"PID {self.pid} is annotated (rlscope_top.operation): "
                            "its annotations scope time from now on and win over sampled rules")
 
     def _start_sampler(self) -> None:
@@ -193,7 +281,7 @@ class Collector:
             return
         smp = StackSampler(self.pid, self.op_rules, self.sample_hz, self._sampled_op)
         if not smp.start():
-            self._note("warn", f"operations unavailable: {smp.error}; the category breakdown is unaffected")
+            self.note("warn", f"operations unavailable: {smp.error}; the category breakdown is unaffected")
             return
         self.sampler = smp
         for name, i in smp.ids.items():
@@ -222,7 +310,7 @@ class Collector:
             return
         self._sampler_reported = True
         if smp.error and is_alive(self.pid):
-            self._note("warn", f"operations unavailable: austin cannot sample PID {self.pid}: {smp.error} "
+            self.note("warn", f"operations unavailable: austin cannot sample PID {self.pid}: {smp.error} "
                                "The category breakdown is unaffected.")
 
     def _sampler_budget(self, smp) -> None:
@@ -237,7 +325,7 @@ class Collector:
         pct = 100 * (cpu - c0) / (now - t0) if t0 else 0.0
         if t0 and pct > SAMPLER_SHARE * self.budget.max_pct and smp.hz > MIN_SAMPLE_HZ:
             hz = max(MIN_SAMPLE_HZ, smp.hz / 2)
-            self._note("warn", f"stack sampler used {pct:.1f}% of a core > {SAMPLER_SHARE * self.budget.max_pct:g}%: "
+            self.note("warn", f"stack sampler used {pct:.1f}% of a core > {SAMPLER_SHARE * self.budget.max_pct:g}%: "
                                f"{smp.hz:g} -> {hz:g} samples/s")
             self.sampler = smp.restarted(hz)
             self._smp_window = (0.0, 0.0)
@@ -262,8 +350,10 @@ class Collector:
         return time.monotonic() - t
 
     def close(self) -> None:
-        """Stop the sampler, release the annotation region, remove the probes (idempotent)."""
+        """Stop the sampler and the sources, release the annotation region, remove the probes (idempotent)."""
         self._stop_operations()
+        for src in self.sources:
+            src.stop()
         self.probes.stop()
 
     def _stop_operations(self) -> None:
@@ -287,6 +377,7 @@ class Collector:
                               for g in self.probes.groups},
                       missing=self.probes.missing, host=platform.node(), kernel=platform.release(),
                       calibrated=self.probes.calibration.measured, max_overhead_pct=self.budget.max_pct,
+                      switch_ns=self.probes.calibration.kinds["sched_switch"]["per_switch"],
                       tids0=self.probes.tids0, timeline=self.probes.timeline, fw_slots=list(FW.SLOTS))
 
     def _counters(self, now: int | None = None) -> dict:
@@ -295,12 +386,18 @@ class Collector:
         for tc in self.probes.threads():
             if tc.tgid != self.pid:
                 continue
-            self._threads[tc.tid] = self._thread_record(tc, now, ops)
+            rec = self._thread_record(tc, now, ops)
             self._aops[tc.tid] = tc.aop
-            if tc.exited:
+            if tc.exited:                 # its last figures; the record stays bounded (thread_fold)
                 self.probes.forget(tc.tid)
-        rec = R.counters(now, list(self._threads.values()), self.probes.hits(), self.budget.last_pct,
-                         ops=self._op_records(ops))
+                self._threads.pop(tc.tid, None)
+                self._names.pop(tc.tid, None)
+                self._aops.pop(tc.tid, None)
+                self._exited.add(rec)
+            else:
+                self._threads[tc.tid] = rec
+        rec = R.counters(now, list(self._threads.values()) + self._exited.rows(), self.probes.hits(),
+                         self.budget.last_pct, ops=self._op_records(ops))
         if self.sampler is not None:
             smp = self.sampler
             rec["sampler"] = {"hz": smp.hz, "samples": smp.total, "invalid": smp.invalid, "cpu_s": smp.cpu_s(),
@@ -339,7 +436,8 @@ class Collector:
         return R.thread(tid=tc.tid, name=self._names[tc.tid],
                         python=tc.pyflag or tc.opflag or tc.tid == self.pid, exited=tc.exited,
                         ns=ns, trans=tc.trans, calls=tc.calls, oh=tc.oh,
-                        fw={k: v for k, v in (tc.fw or {}).items() if k != "cur"} or None)
+                        fw={k: v for k, v in (tc.fw or {}).items() if k != "cur"} or None, ticks=tc.ticks,
+                        switches=tc.switches, preempt_ns=tc.preempt_ns)
 
     def _drain_events(self) -> None:
         items, timeline = [], []
@@ -362,6 +460,10 @@ class Collector:
 
 
 _TIMELINE_KINDS = {L.EV_ENTER: "enter", L.EV_EXIT: "exit", L.EV_ON: "on", L.EV_OFF: "off", L.EV_NEW: "new"}
+
+
+def _jittered(period: float) -> float:
+    return period * random.uniform(1 - SAMPLE_JITTER, 1 + SAMPLE_JITTER)
 
 
 def _innermost(depth: list[int]) -> int:

@@ -15,6 +15,7 @@ still compare.
 from __future__ import annotations
 
 import json
+import math
 import os
 
 from rich.console import Console
@@ -45,10 +46,44 @@ def load(path: str) -> dict:
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
         found = doc.get("schema") if isinstance(doc, dict) else type(doc).__name__
         raise UsageError(f"{path} is not an rlscope-top summary (schema {found!r}, expected {SCHEMA!r})", hint)
-    if not doc.get("duration_s") or not isinstance(doc.get("totals"), dict):
+    bad = _bad_field(doc)
+    if bad:
+        raise UsageError(f"{path}: {bad}", "the file was edited or damaged; use the summary rlscope-top wrote")
+    if not doc["duration_s"]:
         raise UsageError(f"{path} has no measured window (duration_s is 0)",
                          "the session ended before the first counters; run it longer")
     return doc
+
+
+def _num(v, none_ok: bool = True) -> bool:
+    if v is None:
+        return none_ok
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+
+
+def _bad_field(doc: dict) -> str | None:
+    """The first field compare reads whose type is wrong (None when all are right)."""
+    if not _num(doc.get("duration_s"), none_ok=False):
+        return f"duration_s is {doc.get('duration_s')!r}, not a number of seconds"
+    for key in ("totals", "shares", "transitions", "calls"):
+        sec = doc.get(key, {} if key != "totals" else None)
+        if sec is None and key != "totals":
+            continue
+        if not isinstance(sec, dict):
+            return f"{key} is a {type(sec).__name__}, not an object"
+        for k, v in sec.items():
+            if not _num(v):
+                return f"{key}.{k} is {v!r}, not a number"
+    fws = doc.get("frameworks") or {}
+    if not isinstance(fws, dict) or not all(isinstance(v, dict) for v in fws.values()):
+        return "frameworks is not an object of objects"
+    for name, fw in fws.items():
+        for k in ("calls", "backend_s", "python->backend"):
+            if not _num(fw.get(k)):
+                return f"frameworks.{name}.{k} is {fw.get(k)!r}, not a number"
+        if fw.get("calls") and (fw.get("backend_s") is None or fw.get("python->backend") is None):
+            return f"frameworks.{name} has calls but no backend_s or python->backend"
+    return None
 
 
 def steps_of(doc: dict, given: int | None) -> int | None:

@@ -78,11 +78,12 @@ def _target_rows(pid: int) -> list[tuple]:
         found = groups.get(g)
         rows.append(_check(f"  {g}", bool(found), ", ".join(sorted(found or [])),
                            "not mapped (probes attach if it is loaded later)", required=False))
-    from .gpu_link import discover  # noqa: PLC0415
-    sock = discover(pid)
-    rows.append(_check("  gpu agent", sock is not None, f"listening on {sock}",
-                       "no GPU activity agent (no kernel timing): start the job with `rlscope-top run -- CMD` "
-                       "or RLSCOPE_GPU_ACTIVITY=1", required=False))
+    from .probes.gpu_region import find  # noqa: PLC0415
+
+    region = find(pid)
+    rows.append(_check("  gpu agent", region is not None, f"loaded (region at {region[0]:#x})" if region else "",
+                       "no GPU agent (no kernel timing): attach with --gpu-activity to inject it, or start the job "
+                       "with `rlscope-top run -- CMD` or RLSCOPE_GPU_ACTIVITY=1", required=False))
     return rows
 
 

@@ -17,7 +17,6 @@ EXIT_NO_BCC = 8
 EXIT_BPF_COMPILE = 9
 EXIT_ATTACH = 10
 EXIT_RING = 11
-EXIT_GPU_ACTIVITY = 12
 EXIT_COMMAND_NOT_FOUND = 127   # `run`: as a shell says it
 
 
@@ -33,6 +32,13 @@ class RlscopeError(Exception):
 
 class UsageError(RlscopeError):
     """Bad command-line input that argparse could not catch."""
+
+    code = EXIT_USAGE
+
+
+class SymbolError(RlscopeError):
+    """A library or function named on the command line (`symbols`, --sim-lib) that cannot be
+    used: unreadable, not ELF, without symbols, or without the function asked for."""
 
     code = EXIT_USAGE
 
@@ -91,10 +97,17 @@ class RingFileError(RlscopeError):
     code = EXIT_RING
 
 
-class GpuActivityUnavailable(RlscopeError):
-    """--gpu-activity cannot inject the GPU agent into this target (needs CPython >= 3.14)."""
+class UnsafePath(RlscopeError):
+    """A directory rlscope-top keeps private (0700, ours, not a symlink) that is not."""
 
-    code = EXIT_GPU_ACTIVITY
+    code = EXIT_USAGE
+
+
+class GpuActivityUnavailable(RlscopeError):
+    """--gpu-activity cannot (or must not) put the GPU agent into this target: ptrace not
+    allowed, the process stopped, traced, exiting or without CUDA, a foreign region."""
+
+    code = EXIT_USAGE
 
 
 class CommandNotFound(RlscopeError):

@@ -1,24 +1,29 @@
-"""Join GPU activity to the CUDA API calls that launched it (collector side).
+"""Join GPU activity to the CUDA API calls that launched it (collector side, vectorised).
 
-The agent sends compact CUPTI records (see Converter in the agent). Here each
-kernel, memcpy and memset is matched by correlation id with the runtime (or driver)
-API record of the call that issued it: that gives the launching thread and the
-instant of the launch, and through them the operation (``op_of``). CUPTI's clock is
-converted to CLOCK_MONOTONIC with the offset the agent measures in each batch.
+Each kernel, memcpy and memset is matched by correlation id with the runtime (or
+driver) API record of the call that issued it: that gives the launching thread and
+the instant of the launch, and through them the operation (``op_of``). A runtime call
+and the driver call inside it share the id: the runtime record wins.
 
-An activity whose API record has not arrived yet waits up to ``wait_ns`` (API records
-usually complete first, but may sit in another buffer); after that it is written
-with an unknown thread.
+An activity whose API record has not arrived yet waits up to ``wait_ns``; after that
+it goes out with an unknown thread (counted in ``unjoined``). All of it runs on numpy
+arrays: the work per batch does not loop over records in Python.
 """
 
 from __future__ import annotations
 
-import collections
 from typing import Callable
 
+import numpy as np
+
+from . import gpu_decode as D
 from . import gpu_records as G
 
-API_KEEP = 200_000          # unmatched API records kept at most (oldest dropped first)
+API_KEEP = 200_000          # API records kept for the join (the newest by correlation id)
+
+# A joined activity: what the GPU aggregation reads.
+JOINED = np.dtype([("kind", "u1"), ("start", "<i8"), ("end", "<i8"), ("device", "<u4"), ("stream", "<u4"),
+                   ("corr", "<u4"), ("detail", "<i8"), ("tid", "<u4"), ("launch", "<i8"), ("op", "<u4")])
 
 
 def default_op_of(tid: int, ts: int) -> str:
@@ -27,59 +32,77 @@ def default_op_of(tid: int, ts: int) -> str:
 
 
 class Joiner:
-    """Correlation-id join plus clock conversion; emits ring ``gpu`` records."""
+    """Correlation-id join plus clock conversion; yields JOINED arrays."""
 
     def __init__(self, op_of: Callable[[int, int], str] = default_op_of, wait_ns: int = 1_000_000_000):
         self.op_of = op_of
         self.wait_ns = wait_ns
-        self.offset = 0                  # cupti ts - monotonic ns
-        self.api: collections.OrderedDict[int, tuple[int, int, int]] = collections.OrderedDict()
-        self.pending: collections.deque[tuple[int, list]] = collections.deque()   # (arrived, raw)
-        self.names: dict[int, str] = {}
-        self._new_names: dict[int, str] = {}
+        self.offset = 0                       # CUPTI ts - CLOCK_MONOTONIC ns (0: CUPTI uses ours)
+        self.api = np.empty(0, D.API)         # sorted by corr, one per corr
+        self.pending = np.empty(0, D.ACTIVITY)
+        self.arrived = np.empty(0, np.int64)
+        self.op_names: list[str] = [G.ALL_OP]  # op index -> name (JOINED["op"])
+        self._op_ids = {G.ALL_OP: 0}
         self.joined = self.unjoined = self.records = 0
 
-    def feed(self, msg: dict, now: int) -> None:
-        """Take one ``act`` message from the agent (arrival time ``now``, monotonic ns)."""
-        if msg.get("clock"):
-            c, mono = msg["clock"]
-            self.offset = c - mono
-        for nid, name in (msg.get("names") or {}).items():
-            self.names[int(nid)] = name
-            self._new_names[int(nid)] = name
-        for start, end, tid, corr, cbid, dom in msg.get("a", ()):
-            if dom == 0 or corr not in self.api:     # prefer the runtime call over the driver call inside it
-                self.api[corr] = (tid, start - self.offset, cbid)
-        while len(self.api) > API_KEEP:
-            self.api.popitem(last=False)
-        for kind, key in ((G.KERNEL, "k"), (G.MEMCPY, "m"), (G.MEMSET, "s")):
-            for r in msg.get(key, ()):
-                self.pending.append((now, [kind, *r]))
+    def feed(self, batch: D.Batch, now: int) -> None:
+        """Take one decoded batch (arrival time ``now``, monotonic ns)."""
+        if len(batch.api):
+            api = batch.api.copy()
+            api["start"] -= self.offset
+            both = np.concatenate([self.api, api])
+            order = np.lexsort((both["domain"], both["corr"]))      # by corr, runtime (0) first
+            both = both[order]
+            first = np.ones(len(both), bool)
+            first[1:] = both["corr"][1:] != both["corr"][:-1]
+            self.api = both[first][-API_KEEP:]
+        if len(batch.acts):
+            acts = batch.acts.copy()
+            acts["start"] -= self.offset
+            acts["end"] -= self.offset
+            self.pending = np.concatenate([self.pending, acts])
+            self.arrived = np.concatenate([self.arrived, np.full(len(acts), now, np.int64)])
 
-    def ready(self, now: int, final: bool = False) -> dict | None:
-        """A ring ``gpu`` record of everything joined (or waited long enough), or None."""
-        items = []
-        while self.pending and (final or self._joinable(self.pending[0], now)):
-            _, raw = self.pending.popleft()
-            items.append(self._item(raw))
-        if not items and not self._new_names:
-            return None
-        names, self._new_names = self._new_names, {}
-        return G.gpu(items, names)
+    def ready(self, now: int, final: bool = False) -> np.ndarray:
+        """Every pending activity that found its API record, or waited long enough."""
+        p = self.pending
+        if not len(p):
+            return np.empty(0, JOINED)
+        corr = self.api["corr"]
+        idx = np.searchsorted(corr, p["corr"])
+        idx_c = np.minimum(idx, max(0, len(corr) - 1))
+        found = (idx < len(corr)) & (corr[idx_c] == p["corr"]) if len(corr) else np.zeros(len(p), bool)
+        go = found | final | (now - self.arrived >= self.wait_ns)
+        out = np.zeros(int(go.sum()), JOINED)
+        src = p[go]
+        for f in D.ACTIVITY.names:
+            out[f] = src[f]
+        hit = found[go]
+        api = self.api[idx_c[go]]
+        out["tid"] = np.where(hit, api["tid"], 0)
+        out["launch"] = np.where(hit, api["start"], 0)
+        out["op"] = self._ops(out["tid"], out["launch"], hit)
+        self.pending, self.arrived = p[~go], self.arrived[~go]
+        n_hit = int(hit.sum())
+        self.records += len(out)
+        self.joined += n_hit
+        self.unjoined += len(out) - n_hit
+        return out
 
-    def _joinable(self, entry: tuple[int, list], now: int) -> bool:
-        arrived, raw = entry
-        return raw[5] in self.api or now - arrived >= self.wait_ns
+    def _ops(self, tids: np.ndarray, launch: np.ndarray, hit: np.ndarray) -> np.ndarray:
+        """Operation index per activity: the launching thread's operation, one lookup per thread."""
+        ops = np.zeros(len(tids), np.uint32)
+        if not hit.any():
+            return ops
+        uniq, inv = np.unique(tids[hit], return_inverse=True)
+        last = launch[hit].max()
+        ids = np.array([self._op_id(self.op_of(int(t), int(last))) for t in uniq], np.uint32)
+        ops[hit] = ids[inv]
+        return ops
 
-    def _item(self, raw: list) -> list:
-        kind, start, end, dev, stream, corr = raw[:6]
-        detail = raw[6]                          # kernel: name id; memcpy/memset: bytes
-        api = self.api.get(corr)        # kept: a graph launch's kernels all share its id
-        tid, launch = (api[0], api[1]) if api else (0, 0)
-        self.records += 1
-        if api:
-            self.joined += 1
-        else:
-            self.unjoined += 1
-        op = self.op_of(tid, launch) if api else G.ALL_OP
-        return G.activity(kind, start - self.offset, end - self.offset, dev, stream, corr, tid, launch, op, detail)
+    def _op_id(self, name: str) -> int:
+        i = self._op_ids.get(name)
+        if i is None:
+            i = self._op_ids[name] = len(self.op_names)
+            self.op_names.append(name)
+        return i

@@ -6,7 +6,7 @@ clocks are converted by the collector before writing.
 
 from __future__ import annotations
 
-GPU, GPU_STATUS, NVML, SYNC = "gpu", "gstat", "nvml", "gsync"
+GPU, GPU_STATUS, NVML, SYNC, TOTALS = "gpu", "gstat", "nvml", "gsync", "gtot"
 
 # Item layout of a `gpu` record, one list per activity record.
 KIND, START, END, DEVICE, STREAM, CORR, TID, LAUNCH, OP, DETAIL = range(10)
@@ -15,9 +15,9 @@ ALL_OP = "<all>"
 NONE_OP = "<none>"      # the operations table's name for Python-thread time outside every operation
 
 # What to do when a process runs without the GPU activity agent (shown as is).
-HOW_TO = ("GPU kernel timing needs the in-process agent: launch with `rlscope-top run -- CMD`, "
-          "or start the job with RLSCOPE_GPU_ACTIVITY=1 (or call rlscope_top.enable_gpu_activity()); "
-          "on CPython 3.14+ `rlscope-top PID --gpu-activity` injects it")
+HOW_TO = ("GPU kernel timing needs the GPU agent in the process: attach with `rlscope-top PID --gpu-activity` "
+          "(injects it), launch with `rlscope-top run -- CMD`, or start the job with RLSCOPE_GPU_ACTIVITY=1 "
+          "(or call rlscope_top.enable_gpu_activity())")
 
 
 def activity(kind: str, start: int, end: int, device: int, stream: int, corr: int, tid: int, launch_ts: int,
@@ -49,3 +49,17 @@ def nvml(ts: int, device: int, name: str, **series) -> dict:
 def sync(ts: int, ns: dict[str, int], calls: dict[str, int]) -> dict:
     """Cumulative time blocked in CUDA synchronize calls, per API (outermost calls only)."""
     return {"t": SYNC, "ts": ts, "ns": ns, "calls": calls}
+
+
+def totals(ts: int, **fields) -> dict:
+    """Everything GPU so far, cumulative (rlscope_top/gpu_accounting.GpuTotals.record): a
+    reader that starts late or loses records to a lapped ring still has every figure.
+
+    Fields: ``all``/``ops``/``devices`` (kernels, kernel_ns, memcpys, memcpy_ns,
+    memcpy_bytes, memsets, memset_ns, joined, kernels_joined, latency_ns, busy_ns),
+    ``top`` [[name, count, ns]], ``late``, ``overlap`` and ``op_overlap`` (ns by
+    cpu_only/gpu_only/both/idle), ``live`` (the screen's "now" window), ``nvml`` (per
+    device: n/sum/period of util, mem_util, sm_active, proc_sm; memory), ``sync``,
+    ``status`` (per source, the latest ``gstat``) and ``agent`` (the GPU agent's counters).
+    """
+    return {"t": TOTALS, "ts": ts, **fields}

@@ -8,14 +8,13 @@ and NVML utilization set against the true GPU-bound % (the nvidia-smi contrast).
 from __future__ import annotations
 
 from .engine import overlap as exact_overlap
-from .gpu_accounting import GpuAccounting, OpGpu
+from .gpu_accounting import OVERLAP_KEYS, GpuView
 from .gpu_records import HOW_TO
 from .records import seconds as _s
 
 NA = None
-LIVE_WINDOW_NS = 10_000_000_000     # the screen's "now" figures cover this much ...
-LIVE_LAG_NS = 2_000_000_000         # ... ending this long ago (GPU records arrive ~1.5 s late)
-OVERLAP_KEYS = ("cpu_only", "gpu_only", "both", "idle")
+FIG0 = dict.fromkeys(("kernels", "kernel_ns", "memcpys", "memcpy_ns", "memcpy_bytes", "memsets", "memset_ns",
+                      "joined", "kernels_joined", "latency_ns", "busy_ns"), 0)
 
 
 def _pct(part: float, whole: float) -> float | None:
@@ -28,48 +27,77 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 def apply(doc: dict, acct) -> None:
     """Fill the GPU figures of a summary document built from ``acct`` (an Accounting)."""
-    g: GpuAccounting = acct.gpu
+    g: GpuView = acct.gpu
+    tot = g.latest or {}
     t0 = doc["window"]["t0_monotonic_ns"] or 0
     t1 = doc["window"]["t1_monotonic_ns"] or t0
     wall = max(0, t1 - t0)
     have = g.have_activity
     steps, steps_from = _steps(doc)
-    ov, ov_source = (_overlap(g, acct, t0, t1) if have else (NA, "unavailable"))
-    op_ov = _op_overlap(g, t0, t1) if have else {}
-    doc["totals"]["gpu_s"] = _s(g.all.busy.busy(t0, t1)) if have else NA
+    win = tot.get("windows")
+    est = (win or {}).get("estimate") or {}
+    every = _plus(tot.get("all") or FIG0, est.get("all"))
+    ops = {n: _plus(f, (est.get("ops") or {}).get(n)) for n, f in (tot.get("ops") or {}).items()}
+    ov, ov_source = _overlap(g, tot, acct, t0, t1) if have else (NA, "unavailable")
+    doc["totals"]["gpu_s"] = _s(every["busy_ns"]) if have else NA
     doc["totals"]["overlap_s"] = ov
-    for name in g.ops:
+    for name in ops:
         doc["operations"].setdefault(name, {})
+    op_ov = tot.get("op_overlap") or {}
     for name, entry in doc["operations"].items():
-        acc = g.all if name == "<all>" else g.ops.get(name)
-        entry["gpu_s"] = _s(acc.busy.busy(t0, t1)) if have and acc is not None else NA
-        entry["overlap_s"] = ov if name == "<all>" else op_ov.get(name, NA)
+        fig = every if name == "<all>" else ops.get(name)
+        entry["gpu_s"] = _s(fig["busy_ns"]) if have and fig is not None else NA
+        if name == "<all>":
+            entry["overlap_s"] = ov
+        else:
+            entry["overlap_s"] = {k: _s(v) for k, v in op_ov[name].items()} if have and name in op_ov else NA
         # rates per second of the operation's own wall time, as its transitions_per_s
         op_wall = int(entry["wall_s"] * 1e9) if name != "<all>" and entry.get("wall_s") else wall
-        entry["gpu"] = _op_figures(acc, op_wall, steps, steps_from) if have and acc else NA
-    cuda = _cuda_api(doc, g, wall)
-    nvml = _nvml(g, t0, t1, wall, have)
-    busy_pct = _pct(g.all.busy.busy(t0, t1), wall) if have else NA
+        entry["gpu"] = _op_figures(fig, op_wall, steps, steps_from) if have and fig else NA
+    cuda = _cuda_api(doc, tot.get("sync") or {}, wall)
+    nvml = _nvml(g, tot, wall, have)
+    busy_pct = _pct(every["busy_ns"], wall) if have else NA
+    lost = _lost(tot, have)
     doc["gpu"] = {
         "source": "cupti" if have else "unavailable",
+        "mode": (win["mode"] if win else "traced") if have else NA,
+        "windows": {"windows": win["windows"], "period_s": win["period_s"], "traced_s": _s(win["traced_ns"]),
+                    "estimated_s": _s(win["estimated_ns"]), "basis": win["basis"]} if have and win else NA,
         "notice": _notice(g),
-        "kernels": g.all.kernels if have else NA,
+        "kernels": every["kernels"] if have else NA,
         "busy_s": doc["totals"]["gpu_s"],
         "busy_pct": busy_pct,
-        "late_records": g.all.busy.late if have else NA,
-        "devices": {str(d): {"kernels": a.kernels, "busy_s": _s(a.busy.busy(t0, t1)),
-                             "busy_pct": _pct(a.busy.busy(t0, t1), wall)} for d, a in sorted(g.devices.items())},
-        "top_kernels": _top(g) if have else [],
+        "late_records": tot.get("late", 0) if have else NA,
+        "complete": (not any(lost.values())) if have else NA,
+        "lost": lost if have else NA,
+        "agent": tot.get("agent") or NA,
+        "devices": {d: {"kernels": f["kernels"], "busy_s": _s(f["busy_ns"]), "busy_pct": _pct(f["busy_ns"], wall)}
+                    for d, f in (tot.get("devices") or {}).items()},
+        "top_kernels": _top(tot) if have else [],
         "cuda_api": cuda,
         "nvml": nvml,
         "contrast": _contrast(nvml, busy_pct, cuda),
-        "window": _live(g, acct.last_ts, have),
+        "window": _live(tot, have),
     }
-    doc["sources"]["gpu_s"] = "exact" if have else "unavailable"
-    doc["sources"]["overlap_s"] = ov_source
+    doc["sources"]["gpu_s"] = ("estimated" if win else "exact") if have else "unavailable"
+    doc["sources"]["overlap_s"] = "estimated" if win and have else ov_source
     doc["sources"]["operations.overlap_s"] = "estimated" if have else "unavailable"
     doc["sources"]["gpu.nvml"] = "sampled" if nvml["available"] else "unavailable"
     doc["sources"]["gpu.cuda_api.sync_blocked_s"] = "exact" if cuda["sync_blocked_s"] is not None else "unavailable"
+
+
+def _plus(measured: dict, estimated: dict | None) -> dict:
+    """Measured figures plus what windowed tracing estimated between its windows."""
+    if not estimated:
+        return measured
+    return {k: v + estimated.get(k, 0) for k, v in measured.items()}
+
+
+def _lost(tot: dict, have: bool) -> dict:
+    """Records that never reached the totals, by why (all zero: the GPU figures are complete)."""
+    a = tot.get("agent") or {}
+    return {"dropped_ring_full": a.get("dropped_records", 0), "dropped_by_cupti": a.get("cupti_dropped", 0),
+            "undecodable": a.get("unknown_records", 0) + a.get("undecoded", 0), "late": tot.get("late", 0)}
 
 
 def _steps(doc: dict) -> tuple[int | None, str | None]:
@@ -83,22 +111,23 @@ def _steps(doc: dict) -> tuple[int | None, str | None]:
     return NA, NA
 
 
-def _op_figures(a: OpGpu, wall_ns: int, steps: int | None, steps_from: str | None) -> dict:
+def _op_figures(a: dict, wall_ns: int, steps: int | None, steps_from: str | None) -> dict:
+    k = a["kernels"]
     return {
-        "kernels": a.kernels,
-        "kernel_s": _s(a.kernel_ns),
-        "mean_kernel_us": round(a.kernel_ns / a.kernels / 1e3, 3) if a.kernels else NA,
-        "launches_per_s": round(a.kernels / (wall_ns / 1e9), 3) if wall_ns else NA,
+        "kernels": k,
+        "kernel_s": _s(a["kernel_ns"]),
+        "mean_kernel_us": round(a["kernel_ns"] / k / 1e3, 3) if k else NA,
+        "launches_per_s": round(k / (wall_ns / 1e9), 3) if wall_ns else NA,
         "steps": steps, "steps_from": steps_from,
-        "launches_per_step": round(a.kernels / steps, 3) if steps else NA,
-        "memcpys": a.memcpys, "memcpy_s": _s(a.memcpy_ns), "memcpy_bytes": a.memcpy_bytes,
-        "memsets": a.memsets, "memset_s": _s(a.memset_ns),
-        "joined": a.joined,
-        "launch_latency_us": round(a.latency_ns / a.kernels_joined / 1e3, 3) if a.kernels_joined else NA,
+        "launches_per_step": round(k / steps, 3) if steps else NA,
+        "memcpys": a["memcpys"], "memcpy_s": _s(a["memcpy_ns"]), "memcpy_bytes": a["memcpy_bytes"],
+        "memsets": a["memsets"], "memset_s": _s(a["memset_ns"]),
+        "joined": a["joined"],
+        "launch_latency_us": round(a["latency_ns"] / a["kernels_joined"] / 1e3, 3) if a["kernels_joined"] else NA,
     }
 
 
-def _overlap(g: GpuAccounting, acct, t0: int, t1: int) -> tuple[dict, str]:
+def _overlap(g: GpuView, tot: dict, acct, t0: int, t1: int) -> tuple[dict, str]:
     """CPU-only / GPU-only / both / idle seconds over the window.
 
     With ``--timeline`` the Python threads' on-CPU intervals are known exactly and the
@@ -109,72 +138,12 @@ def _overlap(g: GpuAccounting, acct, t0: int, t1: int) -> tuple[dict, str]:
         py = {th["tid"] for th in acct.threads.values() if th["py"]}
         busy = [iv for tid, st in acct.engine.threads.items() if tid in py for iv in st.busy]
         return {k: _s(v) for k, v in exact_overlap(busy, g.raw, t0, t1).items()}, "exact"
-    done, cached = g.overlap_cache
-    out = dict.fromkeys(OVERLAP_KEYS, 0.0)
-    out.update(cached)
-    for i in range(done, len(g.cpu_ticks)):
-        a, b, cpu = g.cpu_ticks[i]
-        part = _tick_overlap(g, max(a, t0), min(b, t1), cpu)
-        for k, v in part.items():
-            out[k] += v
-        if i == done and b <= g.all.busy.done_until and a >= t0 and b <= t1:
-            done += 1                     # final: never recomputed (the screen refreshes every second)
-            g.overlap_cache = (done, {k: cached.get(k, 0.0) + part.get(k, 0.0) for k in OVERLAP_KEYS})
-            cached = g.overlap_cache[1]
+    out = {k: float((tot.get("overlap") or {}).get(k, 0)) for k in OVERLAP_KEYS}
     out["idle"] = max(0.0, (t1 - t0) - out["both"] - out["cpu_only"] - out["gpu_only"])
     return {k: _s(v) for k, v in out.items()}, "estimated"
 
 
-def _op_overlap(g: GpuAccounting, t0: int, t1: int) -> dict[str, dict]:
-    """Per operation: CPU-only / GPU-only / both / idle seconds of its own wall time.
-
-    Per collector tick, the operation's on-CPU time is split by the share of the tick in
-    which the GPU was busy (with any activity), and so is the rest of its wall time (the
-    thread off CPU: waiting, often on the GPU). Ticks that can no longer change are
-    summed once and cached.
-    """
-    done, cached = g.op_overlap_cache
-    out = {n: dict(v) for n, v in cached.items()}
-    for i in range(done, min(len(g.cpu_ticks), len(g.op_ticks))):
-        a, b, _cpu = g.cpu_ticks[i]
-        lo, hi = max(a, t0), min(b, t1)
-        if hi <= lo:
-            continue
-        f = min(g.all.busy.busy(a, b), b - a) / (b - a)
-        part = {n: _split(on, wall, f, (hi - lo) / (b - a)) for n, (on, wall) in g.op_ticks[i].items()}
-        _add(out, part)
-        if i == done and b <= g.all.busy.done_until and a >= t0 and b <= t1:
-            done += 1
-            _add(cached, part)
-            g.op_overlap_cache = (done, cached)
-    return {n: {k: _s(v[k]) for k in OVERLAP_KEYS} for n, v in out.items()}
-
-
-def _split(on: int, wall: int, gpu_frac: float, scale: float) -> dict:
-    on, off = on * scale, max(0, wall - on) * scale
-    return {"both": on * gpu_frac, "cpu_only": on * (1 - gpu_frac),
-            "gpu_only": off * gpu_frac, "idle": off * (1 - gpu_frac)}
-
-
-def _add(into: dict, part: dict) -> None:
-    for n, d in part.items():
-        acc = into.setdefault(n, dict.fromkeys(OVERLAP_KEYS, 0.0))
-        for k, v in d.items():
-            acc[k] += v
-
-
-def _tick_overlap(g: GpuAccounting, a: int, b: int, cpu: int) -> dict:
-    """One tick: CPU and GPU busy time, independent within the tick."""
-    dt = b - a
-    if dt <= 0:
-        return {}
-    c = min(cpu, dt)
-    gb = min(g.all.busy.busy(a, b), dt)
-    both = c * gb / dt
-    return {"both": both, "cpu_only": c - both, "gpu_only": gb - both}
-
-
-def _cuda_api(doc: dict, g: GpuAccounting, wall_ns: int) -> dict:
+def _cuda_api(doc: dict, sync: dict, wall_ns: int) -> dict:
     """CPU-side figures from the CUDA API probes: they need no CUPTI."""
     hits = doc.get("probes", {}).get("hits", {})
     attached = doc.get("probes", {}).get("attached", {})
@@ -184,27 +153,33 @@ def _cuda_api(doc: dict, g: GpuAccounting, wall_ns: int) -> dict:
     rt = sum(v for k, v in hits.items() if "Launch" in k and k.startswith("cuda"))
     drv = sum(v for k, v in hits.items() if "Launch" in k and k.startswith("cu") and not k.startswith("cuda"))
     launches = rt or drv                      # a runtime launch may also enter the driver's: count once
-    blocked = sum(g.sync_ns.values())
+    sync_ns, sync_calls = sync.get("ns") or {}, sync.get("calls") or {}
+    blocked = sum(sync_ns.values())
     return {"launches": launches, "launches_per_s": round(launches / (wall_ns / 1e9), 3) if wall_ns else NA,
-            "sync_blocked_s": _s(blocked), "sync_calls": sum(g.sync_calls.values()),
+            "sync_blocked_s": _s(blocked), "sync_calls": sum(sync_calls.values()),
             "sync_blocked_pct": _pct(blocked, wall_ns),
-            "sync_by_api": {k: {"calls": g.sync_calls.get(k, 0), "blocked_s": _s(v)} for k, v in g.sync_ns.items()}}
+            "sync_by_api": {k: {"calls": sync_calls.get(k, 0), "blocked_s": _s(v)} for k, v in sync_ns.items()}}
 
 
-def _nvml(g: GpuAccounting, t0: int, t1: int, wall: int, have: bool) -> dict:
+def _mean(series: dict | None) -> float | None:
+    return round(series["sum"] / series["n"], 3) if series and series.get("n") else None
+
+
+def _nvml(g: GpuView, tot: dict, wall: int, have: bool) -> dict:
     st = g.status.get("nvml")
     devices = {}
-    for d, v in sorted(g.nvml.items()):
-        busy = g.devices[d].busy.busy(t0, t1) if have and d in g.devices else (0 if have else None)
-        util = v["util"].mean()
+    for d, v in (tot.get("nvml") or {}).items():
+        dev = (tot.get("devices") or {}).get(d)
+        busy = (dev["busy_ns"] if dev else 0) if have else None
+        util = _mean(v["util"])
         bound = _pct(busy, wall) if busy is not None else NA
-        devices[str(d)] = {
-            "name": v["name"], "util_pct": _round(util), "mem_util_pct": _round(v["mem_util"].mean()),
-            "sm_active_pct": _round(v["sm_active"].mean()), "proc_sm_pct": _round(v["proc_sm"].mean()),
-            "mem_used_mb_max": round(v["mem_used_max"] / 2**20, 1) if "mem_used_max" in v else NA,
-            "mem_total_mb": round(v["mem_total"] / 2**20, 1) if "mem_total" in v else NA,
-            "samples": v["util"].n, "period_ms": _round(v["util"].period_ms()),
-            "native_period": bool(v["native"].get("util", False)),
+        devices[d] = {
+            "name": v["name"], "util_pct": util, "mem_util_pct": _mean(v["mem_util"]),
+            "sm_active_pct": _mean(v["sm_active"]), "proc_sm_pct": _mean(v["proc_sm"]),
+            "mem_used_mb_max": round(v["mem_used_max"] / 2**20, 1) if v.get("mem_used_max") is not None else NA,
+            "mem_total_mb": round(v["mem_total"] / 2**20, 1) if v.get("mem_total") is not None else NA,
+            "samples": v["util"]["n"], "period_ms": _round(v["util"]["period_ms"]),
+            "native_period": bool((v.get("native") or {}).get("util", False)),
             "gpu_bound_pct": bound, "ratio": _ratio(util, bound)}
     return {"available": bool(st and st.get("ok")), "notice": st["msg"] if st and not st.get("ok") else NA,
             "devices": devices}
@@ -224,24 +199,21 @@ def _contrast(nvml: dict, gpu_bound_pct: float | None, cuda: dict) -> dict:
             "gpu_bound_lower_pct": lb, "ratio": _ratio(util, lb), "ratio_is": "at most" if lb else NA}
 
 
-def _live(g: GpuAccounting, last_ts: int, have: bool) -> dict:
-    """The last LIVE_WINDOW_NS (ending LIVE_LAG_NS ago): what the screen shows as now."""
-    b = max(0, last_ts - LIVE_LAG_NS)
-    a = max(0, b - LIVE_WINDOW_NS)
-    bound = _pct(g.all.busy.busy(a, b), b - a) if have and b > a else NA
-    utils = [v["util"].mean(a, b) for v in g.nvml.values()]
-    utils = [u for u in utils if u is not None]
-    util = round(sum(utils) / len(utils), 3) if utils else NA
+def _live(tot: dict, have: bool) -> dict:
+    """The last 10 s (ending 2 s ago, GPU records arrive late): what the screen shows as now."""
+    lv = tot.get("live") or {}
+    a, b = lv.get("a", 0), lv.get("b", 0)
+    bound = _pct(lv.get("busy_ns", 0), b - a) if have and b > a else NA
+    util = _round(lv.get("nvml_util"))
     return {"s": _s(b - a), "gpu_bound_pct": bound, "nvml_util_pct": util, "ratio": _ratio(util, bound)}
 
 
-def _top(g: GpuAccounting, n: int = 5) -> list[dict]:
-    items = sorted(g.top.items(), key=lambda kv: -kv[1][1])[:n]
-    return [{"name": g.kernel_name(nid), "count": c, "total_s": _s(ns), "mean_us": round(ns / c / 1e3, 3)}
-            for nid, (c, ns) in items]
+def _top(tot: dict, n: int = 5) -> list[dict]:
+    return [{"name": name, "count": c, "total_s": _s(ns), "mean_us": round(ns / c / 1e3, 3)}
+            for name, c, ns in (tot.get("top") or [])[:n] if c]
 
 
-def _notice(g: GpuAccounting) -> str | None:
+def _notice(g: GpuView) -> str | None:
     st = g.status.get("cupti")
     if st is None:
         return NA
@@ -285,6 +257,9 @@ def _activity_line(doc: dict, g: dict) -> str:
     if ov and wall:
         parts.append("overlap " + " ".join(f"{k.replace('_', '-')} {100 * ov[k] / wall:.0f}%" for k in OVERLAP_KEYS)
                      + f" ({doc['sources'].get('overlap_s', '')})")
+    lost = {k: v for k, v in (g.get("lost") or {}).items() if v}
+    if lost:
+        parts.append("INCOMPLETE: " + ", ".join(f"{v:,} {k.replace('_', ' ')}" for k, v in lost.items()))
     return "  ".join(parts)
 
 

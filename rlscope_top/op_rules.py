@@ -37,7 +37,11 @@ BUILTIN: list[Rule] = [
     # gymnasium / gym environments and vector envs, SB3 vec envs: simulation
     *_r(SIMULATION, SIMULATION, "*/gymnasium/*:step", "*/gymnasium/*:reset", "*/gymnasium/*:step_wait",
         "*/gym/*:step", "*/gym/*:reset", "*/stable_baselines3/common/vec_env/*:step",
-        "*/stable_baselines3/common/vec_env/*:step_wait", "*/stable_baselines3/common/vec_env/*:reset"),
+        "*/stable_baselines3/common/vec_env/*:step_wait", "*/stable_baselines3/common/vec_env/*:reset",
+        # envpool's Python API (envpool/python/envpool.py, protocol.py, lax.py): the C++ pool
+        # steps while send/recv wait, so the calling thread's time there is simulation
+        "*/envpool/python/*:step", "*/envpool/python/*:send", "*/envpool/python/*:recv",
+        "*/envpool/python/*:reset"),
     # stable-baselines3 algorithm phases
     *_r("collect_rollouts", "", "*/stable_baselines3/*:collect_rollouts"),
     *_r("train", "", "*/stable_baselines3/*:train"),

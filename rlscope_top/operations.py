@@ -9,8 +9,8 @@ Rules (docs/summary-schema.md, "operations"):
 - Python time inside an operation of kind "simulation" counts as simulation; the
   row keeps the Python/native split in ``simulation_split``. The top-level totals
   follow the same rule.
-- When the budget estimated a category (count or off mode), the estimated time is
-  spread over the operations by their exact call counts of that category.
+- When the budget estimated a category (count or off mode), each operation gets the
+  estimate made from its own timed windows (rlscope_top/estimates.py).
 """
 
 from __future__ import annotations
@@ -22,21 +22,18 @@ from .records import seconds as _s
 NA = None
 
 
-def raw_rows(acct, measured: dict, estimated: dict) -> list[dict]:
+def raw_rows(acct, measured: dict) -> list[dict]:
     """Per-operation corrected ns, calls and transitions, plus the ``<none>`` remainder.
 
     Args:
         acct: The Accounting holding the latest ``ops`` counters.
         measured: Breakdown (``split`` corrected [on, off] ns per category, ``calls``,
             ``trans``) of the Python threads as the kernel counted them.
-        estimated: The same with the budget's estimates applied (what the totals report).
 
     Returns:
-        Rows ``{name, kind, source, samples..., ns: {cat: [on, off]}, calls, trans}``;
-        empty when the target has no operations.
+        Rows ``{name, kind, source, samples..., ns: {cat: [on, off]}, calls, trans}``; just
+        ``<none>`` when the target has no operations.
     """
-    if not acct.ops:
-        return []
     rows = []
     for o in acct.ops.values():
         ns = {c: [max(0, o["ns"][i][0] - o["oh"][i]), o["ns"][i][1]] for i, c in enumerate(CATEGORIES)}
@@ -45,46 +42,54 @@ def raw_rows(acct, measured: dict, estimated: dict) -> list[dict]:
                      "samples_total": o.get("samples_total"), "ns": ns,
                      "calls": list(o["calls"]), "trans": [list(r) for r in o["trans"]]})
     m = measured
+    _fit(rows, m["split"])
     rows.append({"name": NONE_OP, "kind": "", "source": "remainder", "samples": None,
                  "ns": {c: [max(0, m["split"][c][k] - sum(r["ns"][c][k] for r in rows)) for k in (0, 1)]
                         for c in CATEGORIES},
                  "calls": [max(0, m["calls"][i] - sum(r["calls"][i] for r in rows)) for i in range(4)],
                  "trans": [[max(0, m["trans"][a][b] - sum(r["trans"][a][b] for r in rows)) for b in range(4)]
                            for a in range(4)]})
-    _spread_estimates(rows, measured, estimated)
+    _apply_estimates(rows, acct.part_extras())
     return rows
 
 
-def _spread_estimates(rows: list[dict], measured: dict, estimated: dict) -> None:
-    """Give each row its part of what the budget estimated instead of timing.
+def _fit(rows: list[dict], split: dict) -> None:
+    """Operations never add up to more than the threads they ran on: the kernel's operation
+    and thread counters are read a moment apart, so scale the rows down where they do."""
+    for c in CATEGORIES:
+        for k in (0, 1):
+            ops = sum(r["ns"][c][k] for r in rows)
+            if ops > split[c][k]:
+                f = split[c][k] / ops if ops else 0.0
+                for r in rows:
+                    r["ns"][c][k] *= f
 
-    While a category's probes were off, the kernel charged its calls to Python; the
-    estimate moves that time back. Each row gets the category's extra time, calls and
-    transitions in proportion to the calls of it that were measured in the row, and
-    loses the same time from its Python.
-    """
-    for i, c in enumerate(CATEGORIES[1:], start=1):
-        extra = sum(estimated["split"][c]) - sum(measured["split"][c])
-        base = sum(r["calls"][i] for r in rows)
-        if extra <= 0 or base <= 0:
-            continue
-        extra_calls = max(0, estimated["calls"][i] - measured["calls"][i])
-        extra_trans = [max(0, estimated["trans"][f][i] - measured["trans"][f][i]) for f in range(4)]
-        for r in rows:
-            w = r["calls"][i] / base
-            add = extra * w
-            tot = sum(r["ns"][c])
-            on_frac = r["ns"][c][0] / tot if tot else 1.0
-            py = r["ns"]["python"]
-            py_tot = sum(py)
-            take = min(add, py_tot)
-            if py_tot:
-                py[0], py[1] = py[0] - take * py[0] / py_tot, py[1] - take * py[1] / py_tot
-            r["ns"][c][0] += take * on_frac
-            r["ns"][c][1] += take * (1 - on_frac)
-            r["calls"][i] += round(extra_calls * w)
-            for f in range(4):
-                r["trans"][f][i] += round(extra_trans[f] * w)
+
+def _apply_estimates(rows: list[dict], extras: dict) -> None:
+    """Give each row what the budget's estimates found for its operation (rlscope_top/estimates.py):
+    the time the kernel charged to Python while a category was not timed goes back to that
+    category, with the estimated calls and transitions. Rows that share a name share its
+    estimate in proportion to their Python time."""
+    by_name: dict[str, list[dict]] = {}
+    for r in rows:
+        by_name.setdefault(r["name"], []).append(r)
+    for name, cats in extras.items():
+        group = by_name.get(name, [])
+        py = [sum(r["ns"]["python"]) for r in group]
+        whole = sum(py)
+        for r, p in zip(group, py):
+            w = p / whole if whole else 1.0 / len(group)
+            for cat, e in cats.items():
+                i = CATEGORIES.index(cat)
+                take_on = min(e.ns[0] * w, r["ns"]["python"][0])
+                take_off = min(e.ns[1] * w, r["ns"]["python"][1])
+                r["ns"]["python"][0] -= take_on
+                r["ns"]["python"][1] -= take_off
+                r["ns"][cat][0] += take_on
+                r["ns"][cat][1] += take_off
+                r["calls"][i] += round(e.calls * w)
+                for f in range(4):
+                    r["trans"][f][i] += round(e.trans[f] * w)
 
 
 def figures(row: dict, have: set[str], wall_total_ns: float) -> dict:

@@ -18,29 +18,41 @@ def seconds(ns: float) -> float:
 def meta(*, pid: int, command: str, t0_ns: int, wall0: float, interval_s: float, probes: list[dict],
          labels: list[str], groups: dict, missing: dict, host: str, kernel: str,
          calibrated: bool = False, max_overhead_pct: float | None = None, tids0: list | None = None,
-         timeline: bool = False, fw_slots: list[str] | None = None) -> dict:
+         timeline: bool = False, fw_slots: list[str] | None = None, switch_ns: int = 0) -> dict:
     """Session facts: target, window start, attached probes, whether costs were calibrated."""
     return {"t": META, "v": FORMAT, "pid": pid, "cmd": command, "t0": t0_ns, "wall0": wall0,
             "interval_s": interval_s, "probes": probes, "labels": labels, "groups": groups,
             "missing": missing, "host": host, "kernel": kernel, "calibrated": calibrated,
             "max_overhead_pct": max_overhead_pct, "tids0": tids0 or [], "timeline": timeline,
-            "fw_slots": fw_slots or []}
+            "fw_slots": fw_slots or [], "switch_ns": switch_ns}
 
 
 def thread(*, tid: int, name: str, python: bool, exited: bool, ns: list, trans: list, calls: list,
-           oh: list, fw: dict | None = None) -> dict:
+           oh: list, fw: dict | None = None, ticks: list | None = None, switches: int | None = None,
+           preempt_ns: int | None = None) -> dict:
     """Cumulative counters of one thread since attach.
 
     ``ns[c] = [on_cpu, off_cpu]`` for categories python, backend, simulator, cuda_api;
     ``trans[a][b]`` counts entries into b from a; ``calls[c]`` outermost entries;
     ``oh[c]`` calibrated probe cost that landed in category c (on-CPU ns);
     ``fw`` the Backend figures split per framework slot (``meta.fw_slots`` names them):
-    ``{"ns": [[on, off]], "calls": [], "trans": [] (python->backend), "oh": []}``.
+    ``{"ns": [[on, off]], "calls": [], "trans": [] (python->backend), "oh": []}``;
+    ``ticks`` the 250 Hz CPU-clock ticks that found the thread on a CPU, by where its
+    instruction pointer was: indices 1-3 in the libraries of backend, simulator, cuda_api
+    (the probed ones and those beside them), 4 other user code, 5 the kernel (0 unused);
+    ``sw`` how many times the thread was switched out (the scheduler probe runs each time);
+    ``pre`` its off-CPU ns while still runnable (preempted: waiting for a CPU, not blocked).
     """
     rec = {"tid": tid, "name": name, "py": python, "exited": exited, "ns": ns, "trans": trans,
            "calls": calls, "oh": oh}
     if fw is not None:
         rec["fw"] = fw
+    if ticks is not None:
+        rec["ticks"] = ticks
+    if switches is not None:
+        rec["sw"] = switches
+    if preempt_ns is not None:
+        rec["pre"] = preempt_ns
     return rec
 
 

@@ -17,10 +17,13 @@ from __future__ import annotations
 import collections
 import mmap
 import os
+import stat
 import struct
 import time
 
 import msgpack
+
+from .safe_files import create_exclusive, private_dir
 
 MAGIC = b"RLSRING\0"
 VERSION = 1
@@ -38,7 +41,11 @@ _OFF_PID, _OFF_FLAGS, _OFF_CREATED = 48, 52, 56
 
 
 class RingError(Exception):
-    """A ring file that is missing, foreign, or of an unknown major version."""
+    """A ring file that is missing, foreign, corrupt, or of an unknown major version."""
+
+
+class RecordTooLarge(ValueError):
+    """A record larger than half the ring; the writer degrades it (never a crash)."""
 
 
 def _align8(n: int) -> int:
@@ -50,17 +57,64 @@ def default_path(pid: int) -> str:
     return os.path.join(DEFAULT_DIR, f"ring-{pid}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.bin")
 
 
+def _create(path: str) -> int:
+    """A new ring file, 0600, never through a symlink; the default directory private (0700)."""
+    d = os.path.dirname(os.path.abspath(path))
+    if d == DEFAULT_DIR:
+        private_dir(d)
+        sweep_stale(d)
+    try:
+        return create_exclusive(path)
+    except FileExistsError:
+        raise RingError(f"{path} already exists; a ring is always a new file") from None
+    except OSError as e:
+        raise RingError(f"cannot create ring {path}: {e.strerror or e}") from None
+
+
+def sweep_stale(d: str = DEFAULT_DIR) -> list[str]:
+    """Remove rings left by a monitor that was killed (SIGKILL): not closed, writer gone.
+
+    Rings kept on purpose (``--keep-ring``) are closed, so they stay.
+    """
+    gone = []
+    for name in os.listdir(d):
+        p = os.path.join(d, name)
+        if not name.startswith("ring-") or not name.endswith(".bin"):
+            continue
+        try:
+            with open(p, "rb", opener=lambda f, fl: os.open(f, fl | os.O_NOFOLLOW)) as f:
+                head = f.read(_OFF_CREATED)
+        except OSError:
+            continue
+        if len(head) < _OFF_CREATED or head[:8] != MAGIC:
+            continue
+        pid, flags = struct.unpack_from("<II", head, _OFF_PID)
+        if not flags & FLAG_CLOSED and pid and not _alive(pid):
+            try:
+                os.unlink(p)
+                gone.append(p)
+            except OSError:
+                pass
+    return gone
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 class RingWriter:
     """The single writer of a ring file."""
 
     def __init__(self, path: str, capacity: int = DEFAULT_CAPACITY):
         if capacity < 4096 or capacity % 8:
             raise ValueError("capacity must be a multiple of 8 and at least 4096")
-        d = os.path.dirname(os.path.abspath(path))
-        os.makedirs(d, mode=0o700, exist_ok=True)
-        if d == DEFAULT_DIR:
-            os.chmod(d, 0o700)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        fd = _create(path)
         try:
             os.ftruncate(fd, HEADER_SIZE + capacity)
             self._mm = mmap.mmap(fd, HEADER_SIZE + capacity)
@@ -80,7 +134,7 @@ class RingWriter:
         payload = self._packer.pack(record)
         size = _align8(FRAME.size + len(payload))
         if size > self.capacity // 2:
-            raise ValueError(f"record of {len(payload)} bytes is too large for the ring")
+            raise RecordTooLarge(f"record of {len(payload)} bytes is too large for the ring")
         pos, cap, mm = self._head, self.capacity, self._mm
         rem = cap - pos % cap
         if rem < size:                      # no split frames: pad to the physical end
@@ -131,10 +185,14 @@ class RingReader:
         except OSError as e:
             raise RingError(f"cannot open ring {path}: {e.strerror}") from None
         try:
-            size = os.fstat(fd).st_size
-            if size < HEADER_SIZE:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise RingError(f"{path} is not an rlscope-top ring (not a regular file)")
+            if st.st_size < HEADER_SIZE:
                 raise RingError(f"{path} is not an rlscope-top ring (too small)")
-            self._mm = mmap.mmap(fd, size, prot=mmap.PROT_READ)
+            self._mm = mmap.mmap(fd, st.st_size, prot=mmap.PROT_READ)
+        except OSError as e:
+            raise RingError(f"cannot map ring {path}: {e.strerror or e}") from None
         finally:
             os.close(fd)
         if self._mm[0:8] != MAGIC:
@@ -143,9 +201,20 @@ class RingReader:
         if version != VERSION or hsize != HEADER_SIZE:
             raise RingError(f"{path} is ring format v{version}; this reader knows v{VERSION}")
         self.path, self.capacity = path, cap
+        self._check_header(st.st_size)
         self.dropped = 0
         self._pos = self._u64(_OFF_TAIL) if from_start else self._u64(_OFF_HEAD)
         self._next_seq = self._seq_at(self._pos)
+
+    def _check_header(self, size: int) -> None:
+        cap, head, tail = self.capacity, self._u64(_OFF_HEAD), self._u64(_OFF_TAIL)
+        if cap < 4096 or cap % 8 or size < HEADER_SIZE + cap:
+            raise RingError(f"{self.path} is a corrupt ring (capacity {cap}, file {size} bytes)")
+        if tail > head or head - tail > cap:
+            raise RingError(f"{self.path} is a corrupt ring (head {head}, tail {tail}, capacity {cap})")
+
+    def _corrupt(self, what: str) -> RingError:
+        return RingError(f"{self.path} is a corrupt ring ({what} at byte {self._pos})")
 
     def _seq_at(self, pos: int) -> int | None:
         """Seq of the record at ``pos`` (the next one written when pos is the head)."""
@@ -192,11 +261,19 @@ class RingReader:
             payload = mm[start:start + min(length, rem - FRAME.size)]
             if self._u64(_OFF_TAIL) > self._pos:
                 continue
+            if kind != KIND_RECORD or length > rem - FRAME.size:
+                raise self._corrupt(f"frame kind {kind}, length {length}")
+            try:
+                rec = msgpack.unpackb(payload, raw=False, strict_map_key=False)
+            except (ValueError, TypeError, msgpack.UnpackException) as e:
+                raise self._corrupt(f"undecodable record: {type(e).__name__}") from None
+            if not isinstance(rec, dict):
+                raise self._corrupt(f"a {type(rec).__name__} where a record belongs")
             if self._next_seq is not None and seq > self._next_seq:
                 self.dropped += seq - self._next_seq
             self._next_seq = seq + 1
             self._pos += _align8(FRAME.size + length)
-            out.append(msgpack.unpackb(payload, raw=False, strict_map_key=False))
+            out.append(rec)
         return out
 
     def _resync(self, tail: int) -> None:

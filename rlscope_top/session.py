@@ -6,20 +6,25 @@ way: stop counting, write the final records, summarize, then detach.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
 import signal
 import sys
 import time
 from typing import Callable
 
+from . import records as R
 from . import summary as S
 from .accounting import Accounting
-from .gpu_collector import GpuCollector
+from .collector import Collector
+from .gpu_source import GpuSource
 from .probes import catalog
 from .ring import RingReader, RingWriter, default_path
 from .target import check_target, is_alive, require_root
 
 TICK_S = 0.25  # how often the collector reads the kernel maps
+ATTACHING = "attaching: compiling and loading the eBPF probes (a few seconds; the target runs on)"
 
 
 @dataclasses.dataclass
@@ -39,7 +44,8 @@ class Options:
     quiet: bool = False
     op_rules: list = dataclasses.field(default_factory=list)   # user --op rules (op_rules.Rule)
     sample_hz: float = 100.0                                   # 0: no stack sampler
-    gpu: object = None          # GpuOptions (rlscope_top/gpu_collector.py); None: discover an agent
+    gpu: object = None          # GpuOptions (rlscope_top/gpu_source.py); None: use an agent the target has
+    on_attached: Callable[[], None] | None = None   # `run`: release the held command
 
 
 def specs_for(opts: Options) -> list[catalog.ProbeSpec]:
@@ -50,15 +56,31 @@ def specs_for(opts: Options) -> list[catalog.ProbeSpec]:
     return specs
 
 
+_FORCED_EXIT_CLEANUP: list[Callable[[], None]] = []   # what a second signal still removes (the ring)
+
+
 class _Stop:
-    """Set by signals; the main loop polls it."""
+    """Set by signals; the main loop polls it. A second signal ends the process at once."""
 
     def __init__(self):
         self.reason: str | None = None
 
     def __call__(self, signum, frame):
+        if self.reason is not None:
+            force_exit(signum)
         self.reason = {signal.SIGINT: "interrupted (Ctrl-C)", signal.SIGTERM: "terminated (SIGTERM)"}.get(
             signum, f"signal {signum}")
+
+
+def force_exit(signum: int) -> None:
+    """Leave now, without a summary: remove the ring; the kernel removes the probes with us."""
+    for fn in list(_FORCED_EXIT_CLEANUP):
+        try:
+            fn()
+        except Exception:  # noqa: BLE001 - nothing may stop a forced exit
+            pass
+    os.write(2, f"rlscope-top: second {signal.Signals(signum).name}: exiting now, without a summary\n".encode())
+    os._exit(128 + signum)
 
 
 def run(opts: Options, on_tick: Callable[[Accounting], None] | None = None) -> dict:
@@ -84,10 +106,10 @@ def run_live(opts: Options, stop_reason: Callable[[], str | None] | None = None)
     """
     import threading  # noqa: PLC0415
 
-    from .tui.app import RlscopeApp  # noqa: PLC0415 - textual only when a screen is wanted
+    from .gpu_source import GpuOptions  # noqa: PLC0415
 
     path = opts.summary_path or S.default_path(opts.pid)
-    opts = dataclasses.replace(opts, summary_path=path)
+    opts = dataclasses.replace(opts, summary_path=path, gpu=opts.gpu or GpuOptions())
     quit_ = threading.Event()
     ready = threading.Event()
     box: dict = {}
@@ -99,21 +121,14 @@ def run_live(opts: Options, stop_reason: Callable[[], str | None] | None = None)
                                       ready=lambda ring: (box.setdefault("ring", ring), ready.set()), render=False)
         except BaseException as e:  # shown after the screen closes
             box["error"] = e
+            app = box.get("app")
+            if app is not None:          # the screen opened before attach finished: close it
+                app.call_from_thread(app.exit)
         finally:
             ready.set()
 
-    worker = threading.Thread(target=collect, name="rlscope-collector", daemon=True)
-    worker.start()
-    ready.wait()
-    if "ring" in box:
-        app = RlscopeApp(box["ring"], path, interval_s=opts.interval_s, write_on_quit=False)
-        old = signal.signal(signal.SIGTERM, lambda *_: app.call_later(app.action_quit_app))
-        try:
-            app.run()
-        finally:
-            signal.signal(signal.SIGTERM, old)
-    quit_.set()
-    worker.join()
+    with _stray_output_held():
+        _live_screen(opts, path, collect, box, ready, quit_)
     if "error" in box:
         raise box["error"]
     summary = box["summary"]
@@ -121,6 +136,56 @@ def run_live(opts: Options, stop_reason: Callable[[], str | None] | None = None)
     print(f"rlscope-top: {summary['end_reason']}; detached in {summary['overhead']['detach_s']:.2f}s; "
           f"summary written to {summary['_path']}", file=sys.stderr, flush=True)
     return summary
+
+
+@contextlib.contextmanager
+def _stray_output_held():
+    """Textual draws on ``sys.__stderr__`` (fd 2). While the screen is up, give it its own
+    descriptor for the terminal and send fd 2 itself (the BPF compile's warnings, C libraries,
+    Python warnings) to a temp file, shown after the screen closes: a stray line would scroll
+    the screen and wipe rows Textual does not redraw (the footer)."""
+    import tempfile  # noqa: PLC0415
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    tty = os.fdopen(os.dup(2), "w", buffering=1)
+    log = tempfile.TemporaryFile()
+    old = sys.__stderr__, sys.stderr
+    os.dup2(log.fileno(), 2)
+    sys.__stderr__, sys.stderr = tty, tty
+    try:
+        yield
+    finally:
+        sys.__stderr__, sys.stderr = old
+        os.dup2(saved, 2)
+        os.close(saved)
+        tty.close()
+        log.seek(0)
+        held = log.read().decode(errors="replace")
+        log.close()
+        if held.strip():
+            sys.stderr.write(held if held.endswith("\n") else held + "\n")
+            sys.stderr.flush()
+
+
+def _live_screen(opts: Options, path: str, collect, box: dict, ready, quit_) -> None:
+    import threading  # noqa: PLC0415
+
+    from .tui.app import RlscopeApp  # noqa: PLC0415 - textual only when a screen is wanted
+
+    worker = threading.Thread(target=collect, name="rlscope-collector", daemon=True)
+    worker.start()
+    ready.wait()
+    if "ring" in box:
+        app = box["app"] = RlscopeApp(box["ring"], path, interval_s=opts.interval_s, write_on_quit=False,
+                                      request_gpu=opts.gpu.inject_now.set, pid=opts.pid)
+        old = signal.signal(signal.SIGTERM, lambda *_: app.call_later(app.action_quit_app))
+        try:
+            app.run()
+        finally:
+            signal.signal(signal.SIGTERM, old)
+    quit_.set()
+    worker.join()
 
 
 def view(ring_path: str, summary_path: str, interval_s: float = 1.0) -> str:
@@ -137,6 +202,17 @@ def view(ring_path: str, summary_path: str, interval_s: float = 1.0) -> str:
     return summary_path
 
 
+def _new_ring(opts: Options) -> RingWriter:
+    from .errors import RingFileError  # noqa: PLC0415
+    from .ring import RingError  # noqa: PLC0415
+
+    try:
+        return RingWriter(opts.ring_path or default_path(opts.pid))
+    except RingError as e:
+        raise RingFileError(str(e), hint="give --ring a new file name in a directory you can write, "
+                                         "or leave --ring out", pid=opts.pid) from None
+
+
 def _session(opts: Options, stop_reason: Callable[[], str | None], on_tick, ready=None, render: bool = True) -> dict:
     screen = {"owned": False}   # while the live screen is up, notices go to the ring only
 
@@ -146,19 +222,29 @@ def _session(opts: Options, stop_reason: Callable[[], str | None], on_tick, read
 
     require_root()
     check_target(opts.pid)
-    ring = RingWriter(opts.ring_path or default_path(opts.pid))
-    collector = GpuCollector(opts.pid, ring, specs_for(opts), notify=notify, interval_s=opts.interval_s,
-                             max_probes=opts.max_probes, max_overhead_pct=opts.max_overhead_pct,
-                             timeline=opts.timeline, op_rules=opts.op_rules,
-                             sample_hz=opts.sample_hz, gpu=opts.gpu)
+    if opts.sim_libs:     # a misspelled --sim-lib symbol in a library mapped now: before the slow compile
+        from .symbols_cmd import check_sim_libs  # noqa: PLC0415
+
+        check_sim_libs(opts.pid, opts.sim_libs)
+    ring = _new_ring(opts)
+    drop_ring = (lambda: None) if opts.keep_ring else (lambda: os.unlink(ring.path))
+    _FORCED_EXIT_CLEANUP.append(drop_ring)
+    collector = None
     try:
-        collector.start()
-        groups = ", ".join(collector.probes.groups) or "no known libraries yet"
-        notify("status", f"attached to PID {opts.pid} ({collector.probes.n_probes()} probes: {groups}); ring {ring.path}")
+        collector = Collector(opts.pid, ring, specs_for(opts), notify=notify, interval_s=opts.interval_s,
+                              max_probes=opts.max_probes, max_overhead_pct=opts.max_overhead_pct,
+                              timeline=opts.timeline, op_rules=opts.op_rules, sample_hz=opts.sample_hz,
+                              sources=[GpuSource(opts.gpu)])
         reader, acct = RingReader(ring.path), Accounting()
-        if ready:
+        if ready:                    # the screen opens now and says what is going on
+            ring.write(R.note(time.monotonic_ns(), "status", ATTACHING))
             screen["owned"] = True
             ready(ring.path)
+        collector.start()
+        if opts.on_attached:
+            opts.on_attached()
+        groups = ", ".join(collector.probes.groups) or "no known libraries yet"
+        notify("status", f"attached to PID {opts.pid} ({collector.probes.n_probes()} probes: {groups}); ring {ring.path}")
         reason = _loop(opts, collector, reader, acct, stop_reason, on_tick)
         collector.stop_counting(reason)
         acct.feed(reader.poll())
@@ -175,11 +261,13 @@ def _session(opts: Options, stop_reason: Callable[[], str | None], on_tick, read
         summary["_path"] = path
         return summary
     finally:
-        collector.close()
+        if collector is not None:
+            collector.close()
         ring.close(remove=not opts.keep_ring)
+        _FORCED_EXIT_CLEANUP.remove(drop_ring)
 
 
-def _loop(opts: Options, collector: GpuCollector, reader: RingReader, acct: Accounting,
+def _loop(opts: Options, collector: Collector, reader: RingReader, acct: Accounting,
           stop_reason: Callable[[], str | None], on_tick: Callable[[Accounting], None] | None) -> str:
     start = time.monotonic()
     next_tick = start + TICK_S
@@ -197,4 +285,6 @@ def _loop(opts: Options, collector: GpuCollector, reader: RingReader, acct: Acco
             if on_tick:
                 on_tick(acct)
             next_tick = now + TICK_S
+        else:
+            collector.poll_windows(now)
         time.sleep(0.02)

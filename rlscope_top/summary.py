@@ -15,33 +15,43 @@ from . import operations as O
 from . import gpu_summary
 from .accounting import CATEGORIES, TRANSITIONS, Accounting
 from .records import seconds as _s
+from .safe_files import write_atomic
 
 SCHEMA = "rlscope-top.summary/1"
 NA = None  # the one "not available" value: JSON null, shown as "n/a"
 
 
-def _figures(acct: Accounting, threads: list[dict], wall_s: float, ops: bool = False) -> dict:
+def _figures(acct: Accounting, threads: list[dict], wall_s: float, ops: bool = False,
+             call_threads: list[dict] | None = None) -> dict:
     """Totals, calls and transitions for a set of threads, NA where nothing probed it.
 
     With ``ops``, also the per-operation rows, and Python time inside simulation
     operations moves to the simulator in the totals (operations.py has the rules).
+    ``call_threads``: count calls over these instead (the whole job: a simulator stepped on
+    its own C++ threads makes its calls there).
     """
     b = acct.breakdown(threads)
-    have = acct.attached_categories()
     split = acct.corrected(b)
+    # a category with time is shown even if its probes are gone (the totals must add up)
+    have = acct.attached_categories() | {c for c in CATEGORIES if sum(b["split"][c])}
     rows = []
     if ops:
         m = acct.breakdown([th for th in acct.threads.values() if th["py"]])   # before the estimates
-        rows = O.raw_rows(acct, {**m, "split": acct.corrected(m)}, {**b, "split": split})
+        rows = O.raw_rows(acct, {**m, "split": acct.corrected(m)})
+        # the totals are the parts' sum: operations always add up to them, estimated or not
+        split = {c: [sum(r["ns"][c][k] for r in rows) for k in (0, 1)] for c in CATEGORIES}
     sim_py = O.simulation_python_ns(rows)
     if any(sim_py):
         have = have | {"simulator"}
         for k in (0, 1):
-            split["python"][k] -= sim_py[k]
-            split["simulator"][k] += sim_py[k]
+            moved = min(sim_py[k], split["python"][k])     # never below zero (estimates took some)
+            split["python"][k] -= moved
+            split["simulator"][k] += moved
     totals = _totals(split, have, wall_s)
     raw = _totals(b["split"], have, wall_s)
-    calls = {c: (b["calls"][i] if c in have else NA) for i, c in enumerate(CATEGORIES) if c != "python"}
+    nc = acct.breakdown(call_threads)["calls"] if call_threads is not None else b["calls"]
+    have = have | {c for i, c in enumerate(CATEGORIES) if nc[i]}
+    calls = {c: (nc[i] if c in have else NA) for i, c in enumerate(CATEGORIES) if c != "python"}
     trans = {}
     for name, (a, z) in TRANSITIONS.items():
         trans[name] = b["trans"][a][z] if CATEGORIES[z] in have else NA
@@ -54,6 +64,7 @@ def _figures(acct: Accounting, threads: list[dict], wall_s: float, ops: bool = F
         out["simulation_split"] = {"python_s": _s(sum(sim_py)), "native_s": _s(sum(split["simulator"]) - sum(sim_py))}
     if ops:
         cat_total = sum(sum(v) for v in split.values())
+        rows = rows if acct.ops else []
         out["operations"] = {r["name"]: O.figures(r, have, cat_total) for r in rows}
         O.inclusive_shares(rows, out["operations"])
     return out
@@ -85,9 +96,10 @@ def _sources(acct: Accounting) -> dict:
     for name, (_, z) in TRANSITIONS.items():
         src[f"transitions.{name}"] = "exact" if CATEGORIES[z] in have else "unavailable"
     src["frameworks"] = FW.source(acct)
-    for cat, mode in acct.modes.items():      # the budget made these cheaper
-        src[f"{cat}_s"] = src["python_s"] = "estimated"
-        if mode == "off" or acct.samples(cat):
+    for cat, info in acct.estimate_info().items():      # the budget made these cheaper
+        state = "estimating" if info["unknown"] else "estimated"
+        src[f"{cat}_s"] = src["python_s"] = state
+        if info["extra_calls"]:
             src[f"calls.{cat}"] = "estimated"
             for name, (_, z) in TRANSITIONS.items():
                 if CATEGORIES[z] == cat:
@@ -95,20 +107,109 @@ def _sources(acct: Accounting) -> dict:
     return src
 
 
+TICK_PLACES = ("python", "backend", "simulator", "cuda_api", "other", "kernel")
+
+
+def _where(th: dict) -> dict | None:
+    """Shares of a thread's on-CPU ticks by where it ran (sampled at 250 Hz)."""
+    ticks = th.get("ticks")
+    n = sum(ticks or ())
+    if not n:
+        return NA
+    return {p: round(v / n, 4) for p, v in zip(TICK_PLACES, ticks) if v and p != "python"}
+
+
+def _thread_row(acct: Accounting, th: dict, wall_s: float) -> dict:
+    """One thread. A thread that never ran Python has no Python time: what the probes did not
+    bracket is ``native_s``, with where the 250 Hz tick found it running (``where``) and the
+    category that is most of it (``category``, sampled)."""
+    f = _figures(acct, [th], wall_s)["totals"]
+    row = {"tid": th["tid"], "name": th["name"], "python_thread": th["py"], "exited": th["exited"],
+           **{k: v for k, v in f.items() if k not in ("wall_s", "gpu_s")}, "where": _where(th)}
+    if not th["py"]:
+        row["native_s"], row["python_s"] = row["python_s"], NA
+        w = {k: v for k, v in (row["where"] or {}).items() if k in CATEGORIES}
+        row["category"] = max(w, key=w.get) if w and max(w.values()) >= 0.5 else "native"
+    return row
+
+
+def _job(acct: Accounting, all_threads: list[dict], main: dict) -> dict:
+    """The whole job two ways. ``critical_path``: the Python threads' wall time (RL-Scope's
+    view), with their off-CPU time outside probed calls as ``waiting_s`` (blocked on a worker,
+    a queue, a lock, I/O), not Python, and ``runnable_s``: their off-CPU time, in any category,
+    while runnable (waiting for a CPU the machine did not have: a busy machine, not the job). ``cpu_s``: on-CPU seconds of every thread by category:
+    probed time exactly, the rest of native threads by where the tick found them (sampled)."""
+    py_split = main["split"].get("python") or {}
+    py_threads = [th for th in all_threads if th["py"]]
+    off = sum(sum(ns[1] for ns in th["ns"]) for th in py_threads)
+    runnable = min(off, sum(th.get("pre", 0) for th in py_threads))
+    waiting = py_split.get("off_cpu_s")
+    if waiting is not None and off:      # the share of Python's off-CPU time that was not blocked
+        waiting = _s(waiting * 1e9 * (1 - runnable / off))
+    crit = {"python_s": py_split.get("on_cpu_s"), "waiting_s": waiting, "runnable_s": _s(runnable)}
+    for c in CATEGORIES[1:]:
+        crit[f"{c}_s"] = main["totals"].get(f"{c}_s")
+    cpu = dict.fromkeys((*CATEGORIES, "native", "kernel"), 0.0)
+    for th in all_threads:
+        on = [x[0] for x in _corrected_ns(acct, th)]
+        for i, c in enumerate(CATEGORIES[1:], start=1):
+            cpu[c] += on[i]
+        if th["py"]:
+            cpu["python"] += on[0]
+            continue
+        w = _where(th) or {}
+        for c in ("backend", "simulator", "cuda_api", "kernel"):
+            cpu[c] += on[0] * w.get(c, 0.0)
+        cpu["native"] += on[0] * (w.get("other", 0.0) if w else 1.0)
+    n_py = sum(1 for th in all_threads if th["py"])
+    return {"critical_path": crit, "cpu_s": {k: _s(v) for k, v in cpu.items()},
+            "threads": {"python": n_py, "native": len(all_threads) - n_py}}
+
+
+def _corrected_ns(acct: Accounting, th: dict) -> list[list[float]]:
+    split = acct.corrected(acct.breakdown([th]))
+    return [split[c] for c in CATEGORIES]
+
+
+def _estimates(acct: Accounting, totals: dict) -> dict:
+    """Per category the budget estimated: how (``mode``), from how many timed windows
+    (``windows``, ``window_s``), over how much of the session (``estimated_s``), and its 95%
+    bound, in seconds and in percentage points of the category's share (None while fewer than
+    two windows show how they spread). ``state`` is ``estimating`` while some of it has calls
+    but no window to time them yet: its figures then read n/a."""
+    whole = sum(totals.get(f"{c}_s") or 0.0 for c in CATEGORIES)
+    out = {}
+    for cat, info in acct.estimate_info().items():
+        b = info["bound_ns"]
+        out[cat] = {"mode": info["mode"], "windows": info["windows"], "window_s": round(info["window_s"], 3),
+                    "estimated_s": round(info["estimated_s"], 3),
+                    "bound_s": _s(b) if b is not None else NA,
+                    "bound_pp": round(100 * b / 1e9 / whole, 2) if b is not None and whole else NA,
+                    "state": "estimating" if info["unknown"] else "ok"}
+    return out
+
+
+def _hide_unknown(doc: dict) -> None:
+    """A category still estimating reads n/a, and so does Python, whose time it would take."""
+    for cat, e in doc["estimates"].items():
+        if e["state"] != "estimating":
+            continue
+        for key in (f"{cat}_s", "python_s"):
+            doc["totals"][key] = NA
+            doc["shares"][key[:-2]] = NA
+
+
 def build(acct: Accounting, *, ring_path: str = "", dropped: int = 0, detach_s: float | None = None) -> dict:
     """Build the summary document from an accounting state."""
     meta = acct.meta
     wall_s = acct.duration_s
     all_threads = acct.all_threads()          # the budget's estimates, computed once
-    main = _figures(acct, [th for th in all_threads if th["py"]], wall_s, ops=True)
+    main = _figures(acct, [th for th in all_threads if th["py"]], wall_s, ops=True, call_threads=all_threads)
     correction = main.pop("correction_s")
     per_op = main.pop("operations")
-    threads = []
-    for th in sorted(all_threads, key=lambda t: t["tid"]):
-        f = _figures(acct, [th], wall_s)["totals"]
-        threads.append({"tid": th["tid"], "name": th["name"], "python_thread": th["py"],
-                        "exited": th["exited"], **{k: v for k, v in f.items() if k not in ("wall_s", "gpu_s")}})
-    overhead_s = acct.estimated_overhead_s()
+    threads = [_thread_row(acct, th, wall_s) for th in sorted(all_threads, key=lambda t: t["tid"])]
+    by_source = _overhead_by_source(acct)
+    overhead_s = sum(by_source.values())
     labels_hits = acct.probe_hits()
     started = dt.datetime.fromtimestamp(meta.get("wall0", 0), dt.timezone.utc).isoformat(timespec="seconds")
     doc = {
@@ -121,6 +222,8 @@ def build(acct: Accounting, *, ring_path: str = "", dropped: int = 0, detach_s: 
         "window": {"t0_monotonic_ns": meta.get("t0"), "t1_monotonic_ns": acct.last_ts or None},
         **main,
         "shares": _shares(main["totals"]),
+        "estimates": _estimates(acct, main["totals"]),
+        "job": _job(acct, all_threads, main),
         "operations": {"<all>": {**main["totals"], "calls": main["calls"], "transitions": main["transitions"]},
                        **per_op},
         "frameworks": FW.summarize(acct, [th for th in all_threads if th["py"]], main["totals"], main["calls"]),
@@ -134,11 +237,15 @@ def build(acct: Accounting, *, ring_path: str = "", dropped: int = 0, detach_s: 
         "overhead": {"probe_hits": sum(acct.hits), "estimated_s": round(overhead_s, 6),
                      "estimated_pct": round(100 * overhead_s / wall_s, 3) if wall_s else NA,
                      "by_category_s": correction,
+                     "by_source_s": {k: round(v, 6) for k, v in by_source.items()},
                      "calibrated": bool(meta.get("calibrated")),
                      "detach_s": round(detach_s, 3) if detach_s is not None else NA},
         "budget": {"max_overhead_pct": meta.get("max_overhead_pct"),
-                   "modes": {c: m for c, m in acct.modes.items() if m != "timed" or acct.samples(c)},
-                   "samples": {c: acct.samples(c) for c in acct.modes}},
+                   "modes": {**{c: e["mode"] for c, e in acct.estimate_info().items()}, **acct.source_modes},
+                   "samples": {c: acct.samples(c) for c in acct.modes},
+                   "steps": [{"at_s": round((r["ts"] - (meta.get("t0") or r["ts"])) / 1e9, 3),
+                              "category": r["category"], "mode": r["mode"],
+                              "overhead_pct": round(r["overhead_pct"], 2)} for r in acct.budget_steps]},
         "sampler": _sampler(acct, wall_s),
         "timeline": _timeline(acct),
         "ring": {"path": ring_path, "dropped": dropped},
@@ -146,7 +253,22 @@ def build(acct: Accounting, *, ring_path: str = "", dropped: int = 0, detach_s: 
         "notes": [n["msg"] for n in acct.notes],
     }
     gpu_summary.apply(doc, acct)     # gpu_s, overlap_s, per-operation GPU figures, `gpu`
+    _hide_unknown(doc)
     return doc
+
+
+def _overhead_by_source(acct: Accounting) -> dict[str, float]:
+    """What profiling costs the target, in seconds, by where it comes from: the probes'
+    calibrated cost; the scheduler probe (calibrated cost per context switch of the target's
+    threads); the stack sampler (austin's CPU time: a core the machine does not have for
+    the job); the GPU agent's buffer callbacks; and CUPTI's own cost per traced activity
+    (gpu_source.CUPTI_NS_PER_ACTIVITY)."""
+    agent = (acct.gpu.latest or {}).get("agent") or {}
+    cb, total = agent.get("callback_ns", 0), agent.get("cost_ns", 0)
+    switches = sum(th.get("sw", 0) for th in acct.threads.values())
+    sampler = (acct.sampler or {}).get("cpu_s") or 0.0
+    return {"probes": acct.estimated_overhead_s(), "scheduler": switches * acct.meta.get("switch_ns", 0) / 1e9,
+            "sampler": sampler, "gpu_agent": cb / 1e9, "cupti": max(0, total - cb) / 1e9}
 
 
 def _sampler(acct: Accounting, wall_s: float) -> dict | None:
@@ -184,8 +306,14 @@ def path_problem(path: str) -> str | None:
         return "it is a directory"
     if not os.path.isdir(d):
         return f"no directory {d}"
-    if not os.access(d, os.W_OK):
-        return f"{d} is not writable"
+    try:                          # really create a file there: access() says yes to root on /proc
+        fd, probe = tempfile.mkstemp(dir=d, prefix=".rlscope-top-probe-")
+    except OSError as e:
+        return f"{d} is not writable ({e.strerror or e})"
+    os.close(fd)
+    os.unlink(probe)
+    if os.path.islink(path):
+        return "it is a symlink"
     return None
 
 
@@ -199,19 +327,17 @@ def write_safely(summary: dict, path: str, pid: int) -> tuple[str, str | None]:
     try:
         write(summary, path)
         return path, None
-    except OSError as e:
-        alt = os.path.join(tempfile.gettempdir(), os.path.basename(default_path(pid)))
+    except OSError as e:         # a fresh, unguessable name (mkstemp), never a fixed one in /tmp
+        fd, alt = tempfile.mkstemp(prefix=f"rlscope-top-{pid}-", suffix=".json")
+        os.close(fd)
         write(summary, alt)
         return alt, f"{path}: {e.strerror or e}"
 
 
 def write(summary: dict, path: str) -> None:
-    """Write the summary atomically (a crash never leaves half a file)."""
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(summary, f, indent=2)
-        f.write("\n")
-    os.replace(tmp, path)
+    """Write the summary atomically, 0600 (it holds the target's command line), through a
+    random temp name: a crash never leaves half a file and a planted symlink is not followed."""
+    write_atomic(path, json.dumps(summary, indent=2) + "\n")
 
 
 def _fmt(v, unit: str = "s") -> str:
@@ -237,7 +363,7 @@ def render(summary: dict, console: Console | None = None) -> None:
                       "n/a" if share is None or v is None else f"{100 * share:5.1f}%",
                       _fmt(sp.get("on_cpu_s")), _fmt(sp.get("off_cpu_s")),
                       _fmt(summary["calls"].get(c)) if c != "python" else "",
-                      summary["sources"].get(f"{c}_s", ""))
+                      _source_cell(summary, c))
     table.add_row("gpu", _fmt(t["gpu_s"]), "", "", "", "", summary["sources"]["gpu_s"])
     console.print(table)
     gpu_summary.render(summary, console)
@@ -248,6 +374,7 @@ def render(summary: dict, console: Console | None = None) -> None:
     console.print(f"probe hits {oh['probe_hits']:,}  estimated overhead {oh['estimated_s']:.3f}s"
                   f" ({'n/a' if pct is None else f'{pct:.2f}%'} of wall time)  ring drops {summary['ring']['dropped']}",
                   soft_wrap=True)
+    _render_job(summary, console)
     fw_line = FW.render_line(summary)
     if fw_line:
         console.print(fw_line, soft_wrap=True)
@@ -256,6 +383,24 @@ def render(summary: dict, console: Console | None = None) -> None:
         top = sorted(summary["ranges"].items(), key=lambda kv: -kv[1]["total_s"])[:5]
         console.print("ranges  " + "  ".join(f"{n} x{r['count']} {r['total_s']:.3f}s" for n, r in top),
                       soft_wrap=True)
+
+
+def _source_cell(summary: dict, c: str) -> str:
+    src = summary["sources"].get(f"{c}_s", "")
+    bound = (summary.get("estimates") or {}).get(c, {}).get("bound_pp")
+    return f"{src} ±{bound:.1f}pp" if src == "estimated" and bound is not None else src
+
+
+def _render_job(summary: dict, console: Console) -> None:
+    job = summary.get("job") or {}
+    crit, cpu = job.get("critical_path") or {}, job.get("cpu_s") or {}
+    wall = sum(v for v in crit.values() if v)
+    if not wall:
+        return
+    a = "  ".join(f"{k[:-2].replace('_', ' ')} {100 * v / wall:.1f}%" for k, v in crit.items() if v)
+    b = "  ".join(f"{k.replace('_', ' ')} {v:.3f}s" for k, v in cpu.items() if v)
+    console.print(f"job  Python threads' wall time: {a}", soft_wrap=True)
+    console.print(f"     CPU over all {sum((job.get('threads') or {}).values())} threads: {b}", soft_wrap=True)
 
 
 def _render_operations(summary: dict, console: Console) -> None:

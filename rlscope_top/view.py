@@ -20,6 +20,32 @@ MIN_RATE_WALL_S = 0.05      # an operation's rates are shown once it ran this lo
 LABELS = {"python": "Python", "simulator": "Simulator", "backend": "Backend", "cuda_api": "CUDA API", "gpu": "GPU"}
 
 
+def _source(s: dict, c: str) -> str:
+    """Where a category's figure comes from, with the estimate's 95% bound when there is one."""
+    src = s["sources"].get(f"{c}_s", "unavailable")
+    bound = (s.get("estimates") or {}).get(c, {}).get("bound_pp")
+    return f"{src} ±{bound:.1f}pp" if src == "estimated" and bound is not None else src
+
+
+def _job_line(s: dict) -> str:
+    """The job two ways: the Python threads' wall time (waiting apart), and CPU over all threads."""
+    job = s.get("job") or {}
+    crit, cpu = job.get("critical_path") or {}, job.get("cpu_s") or {}
+    wall = sum(v for v in crit.values() if v) or 0.0
+    up = s.get("duration_s") or 0.0
+    if not wall or not up:
+        return ""
+    names = {"python_s": "Python", "waiting_s": "waiting", "simulator_s": "Sim", "backend_s": "Backend",
+             "cuda_api_s": "CUDA"}
+    a = "  ".join(f"{n} {100 * crit[k] / wall:.0f}%" for k, n in names.items() if crit.get(k))
+    cores = {"python": "Python", "simulator": "Sim", "backend": "Backend", "cuda_api": "CUDA",
+             "native": "native", "kernel": "kernel"}
+    b = "  ".join(f"{n} {cpu[k] / up:.2f}" for k, n in cores.items() if cpu.get(k))
+    th = job.get("threads") or {}
+    return (f"Python threads: {a}   |   CPU (cores) over {th.get('python', 0) + th.get('native', 0)} "
+            f"threads: {b}")
+
+
 class ViewModel:
     """Reads a ring and turns it into snapshots for display."""
 
@@ -62,19 +88,26 @@ class ViewModel:
             "pid": s["pid"], "command": s["command"], "uptime_s": self.acct.duration_s,
             "groups": sorted(meta.get("groups", {})),
             "modes": s["budget"]["modes"], "calibrated": s["overhead"]["calibrated"],
-            "overhead_pct": self.acct.live_overhead_pct, "dropped": self.reader.dropped,
+            # the session's self-reported overhead (as the summary has it) and the latest window's
+            "overhead_pct": s["overhead"]["estimated_pct"] or 0.0, "overhead_now_pct": self.acct.live_overhead_pct,
+            "dropped": self.reader.dropped,
             "end_reason": s["end_reason"], "ended": self.acct.end_reason is not None,
             "categories": [{"name": c, "label": LABELS[c], "seconds": tot[c], "share": shares[c],
-                            "source": s["sources"].get(f"{c}_s", "unavailable"), "history": list(self.history[c])}
-                           for c in CATEGORIES],
+                            "source": _source(s, c), "history": list(self.history[c])} for c in CATEGORIES],
+            "job": _job_line(s),
             "operations": [{"name": "<all>", "source": "", "wall_share": 1.0 if cat_sum else 0.0,
                             "shares": shares, "transitions_per_s": rates["trans"], "calls_per_s": rates["calls"],
                             "transitions": tot["transitions"], "calls": tot["calls"]}] + self._ops(s),
             "threads": s["threads"],
             "gpu": {"available": s["totals"]["gpu_s"] is not None, "lines": gpu_summary.lines(s)},
-            "warnings": [n["msg"] for n in self.acct.notes if n["level"] in ("warn", "error")],
+            "warnings": [self._when(n) + n["msg"] for n in self.acct.notes if n["level"] in ("warn", "error")],
             "notes": [n["msg"] for n in self.acct.notes],
         }
+
+    def _when(self, note: dict) -> str:
+        """'at 12s: ' for a notice: a budget step is an event of the past, not the state now."""
+        t0 = self.acct.meta.get("t0", 0)
+        return f"at {(note['ts'] - t0) / 1e9:.0f}s: " if t0 and note.get("ts", 0) >= t0 else ""
 
     def _ops(self, s: dict) -> list[dict]:
         """One row per operation (since the last reset); rates are per second of the operation."""

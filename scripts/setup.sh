@@ -69,4 +69,9 @@ else
   say "rlscope-top already installed in .venv"
 fi
 .venv/bin/python -c 'import bcc' || { say "error: bcc not importable in .venv"; exit 4; }
+
+# 5. The GPU agent (probes/gpu_agent.c): C, built against the CUPTI headers of the
+#    nvidia-cuda-cupti wheel; it loads libcupti itself at run time, so it builds and loads
+#    on a machine without a GPU. Rebuilt when its source is newer.
+bash scripts/build-agent.sh
 say "ready: $ROOT/.venv/bin/rlscope-top"

@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# Set everything up (idempotent), then run the whole test suite.
+# Set everything up (idempotent), then run the whole test suite; prints its wall time.
 # Usage: sudo bash scripts/test.sh [pytest args]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-exec .venv/bin/python -m pytest -ra "$@"
+start=$(date +%s)
+rc=0
+.venv/bin/python -m pytest -ra "$@" || rc=$?
+echo "[test] wall time $(( $(date +%s) - start )) s (exit $rc)" >&2
+exit $rc

@@ -84,6 +84,17 @@ def simlib(tmp_path_factory) -> str:
     return str(out)
 
 
+@pytest.fixture(scope="session")
+def gpu_native(tmp_path_factory) -> dict:
+    """The GPU agent as scripts/setup.sh built it, and stand-ins for what this machine lacks:
+    a driver library (soname libcuda.so.1) and a libcupti that makes records on request."""
+    sys.path.insert(0, str(HERE / "native"))
+    import standins  # noqa: PLC0415
+
+    d = tmp_path_factory.mktemp("gpu")
+    return {**standins.build(str(d)), "dir": d}
+
+
 class Proc:
     """A child process whose stdout/stderr lines we can wait for (read by threads)."""
 
@@ -179,6 +190,11 @@ def target(spawn):
     return _target
 
 
+# How long attach may take before a test gives up. Nothing else depends on attach speed:
+# targets start their measured work on a handshake (a go file written after "attached").
+ATTACH_TIMEOUT_S = 180
+
+
 @pytest.fixture
 def monitor(spawn, tmp_path):
     """Run the real CLI against a PID and wait until it says `attached`."""
@@ -187,7 +203,7 @@ def monitor(spawn, tmp_path):
         summary = tmp_path / f"summary-{pid}.json"
         m = spawn([*CLI, "attach", str(pid), "--summary", str(summary), *extra], cwd=str(tmp_path),
                   env={**os.environ, **(env or {})})
-        m.wait_line("attached to PID", stream="stderr", timeout=60)
+        m.wait_line("attached to PID", stream="stderr", timeout=ATTACH_TIMEOUT_S)
         return m, summary
 
     return _monitor

@@ -1,5 +1,9 @@
 """Hand-built ring streams with GPU records and known answers (summary and TUI tests).
 
+The stream is what the collector writes: the activities go through the collector's own
+GPU aggregation (rlscope_top.gpu_accounting.GpuTotals), which puts one cumulative
+``gtot`` record after every counters record.
+
 A 4-second session of one Python thread on a CUDA policy: the collector ticks every
 0.25 s; in every tick the thread is on a CPU for 200 ms and the GPU runs 10 kernels of
 5 ms each, back to back (50 ms busy per tick: 20% GPU-bound). NVML says 100% busy the
@@ -11,8 +15,12 @@ outside them, per tick: inference 100 ms on CPU + 20 off, train 60 + 20, <none> 
 time x 0.2 (both) and x 0.8 (CPU only), its off-CPU time x 0.2 (GPU only) and x 0.8 (idle).
 """
 
+import numpy as np
+
 from rlscope_top import gpu_records as G
 from rlscope_top import records as R
+from rlscope_top.gpu_accounting import GpuTotals
+from rlscope_top.gpu_join import JOINED
 
 MS = 1_000_000
 T0 = 1000 * MS
@@ -47,37 +55,55 @@ def _ops(i):
             for k, (n, (on, off)) in enumerate(OP_TICK.items()) if n != "<none>"]
 
 
-def _kernels(i, ops=False):
+OPS = ["<all>", "inference", "train"]
+NAMES = {0: "ampere_sgemm_32x32", 1: "elementwise_tanh"}     # kernel name pointer -> name
+
+
+def _kernels(i, ops=False) -> np.ndarray:
     """The tick's kernels; with ops, launched alternately from inference and train."""
-    items = []
+    a = np.zeros(KERNELS_PER_TICK, JOINED)
     for k in range(KERNELS_PER_TICK):
-        a = T0 + i * TICK + 100 * MS + k * KERNEL
-        op = ("inference", "train")[k % 2] if ops else G.ALL_OP
-        items.append(G.activity(G.KERNEL, a, a + KERNEL, 0, 7, 1000 * i + k, 42, a - 20_000, op, k % 2))
-    return items
+        start = T0 + i * TICK + 100 * MS + k * KERNEL
+        a[k] = (0, start, start + KERNEL, 0, 7, 1000 * i + k, k % 2, 42, start - 20_000, 1 + k % 2 if ops else 0)
+    return a
+
+
+def _nvml(i) -> dict:
+    return {"ts": T0 + i * TICK, "dev": 0, "name": "NVIDIA H100",
+            "util": [[T0 + i * TICK - 166 * MS, 100], [T0 + i * TICK - 83 * MS, 100]],
+            "mem_util": [[T0 + i * TICK, 3]], "mem_used": 3 << 30, "mem_total": 80 << 30}
 
 
 def gpu_stream(cupti: bool = True, nvml: bool = True, end: bool = True, ops: bool = False) -> list[dict]:
     """The session; ``cupti=False`` is the same job without the agent (CPU-side figures only)."""
     out = [_meta()]
-    if cupti:
-        out.append(G.status(T0, "cupti", True, "ok", "CUPTI activity on"))
-    else:
-        out.append(G.status(T0, "cupti", False, "no_agent", G.HOW_TO))
-    out.append(G.status(T0, "nvml", True, "ok", "NVML: sampling 1 GPU(s): NVIDIA H100") if nvml else
-               G.status(T0, "nvml", False, "unavailable", "NVML: libnvidia-ml.so not found (no NVIDIA driver)"))
-    out.append(_ctr(0, 0, ops))
+    tot = GpuTotals(t0=T0)
+
+    def status(rec):
+        tot.status[rec["source"]] = rec
+        out.append(rec)
+
+    def counters(rec):
+        out.append(rec)
+        tot.counters(rec)
+        out.append(tot.record(rec["ts"]))
+
+    status(G.status(T0, "cupti", True, "ok", "CUPTI activity on") if cupti else
+           G.status(T0, "cupti", False, "no_agent", G.HOW_TO))
+    status(G.status(T0, "nvml", True, "ok", "NVML: sampling 1 GPU(s): NVIDIA H100") if nvml else
+           G.status(T0, "nvml", False, "unavailable", "NVML: libnvidia-ml.so not found (no NVIDIA driver)"))
+    counters(_ctr(0, 0, ops))
     for i in range(1, TICKS + 1):
         if cupti:
-            out.append(G.gpu(_kernels(i - 1, ops), {0: "ampere_sgemm_32x32", 1: "elementwise_tanh"} if i == 1 else {}))
+            tot.add(_kernels(i - 1, ops), OPS, NAMES)
         if nvml:
-            out.append(G.nvml(T0 + i * TICK, 0, "NVIDIA H100",
-                              util=[[T0 + i * TICK - 166 * MS, 100], [T0 + i * TICK - 83 * MS, 100]],
-                              mem_util=[[T0 + i * TICK, 3]], mem_used=3 << 30, mem_total=80 << 30))
-        out.append(_ctr(i, KERNELS_PER_TICK * i, ops))
-        out.append(G.sync(T0 + i * TICK, {"cudaStreamSynchronize": i * 30 * MS}, {"cudaStreamSynchronize": 2 * i}))
+            tot.nvml_sample(_nvml(i))
+        tot.sync({"cudaStreamSynchronize": i * 30 * MS}, {"cudaStreamSynchronize": 2 * i})
+        counters(_ctr(i, KERNELS_PER_TICK * i, ops))
     out.append(R.intervals([R.interval(42, "range", "Optimizer.step#Adam.step", T0 + s * 500 * MS,
                                        T0 + s * 500 * MS + MS) for s in range(STEPS)]))
     if end:
+        tot.finish()
+        out.append(tot.record(T0 + TICKS * TICK))
         out.append(R.end(T0 + TICKS * TICK, "target exited"))
     return out

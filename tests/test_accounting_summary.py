@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from rlscope_top import records as R
 from rlscope_top import summary as S
 from rlscope_top.accounting import Accounting
@@ -97,10 +99,13 @@ def _th(calls, backend_ns, python_ns):
 
 
 def test_budget_estimates_follow_each_segment():
-    """timed 1 s (1000 calls, 1 ms each) -> off 2 s -> timed 1 s -> off 1 s: every off second
-    is estimated from the latest window, and an estimate never leaks into the next segment."""
+    """timed 1 s (1000 calls, 1 ms each) -> off 2 s -> timed 1 s (500 calls) -> off 1 s: a
+    closed off segment keeps the estimate its windows gave (window 1 alone: all backend),
+    the next one uses both windows, the older one decayed (rlscope_top/estimates.py), and
+    an estimate never leaks into another segment."""
     from streams import meta_record
     from rlscope_top import records as R
+    from rlscope_top.estimates import HALF_LIFE_S
     s0 = 1000 * MS
     recs = [meta_record({"torch": ["/x"]}),
             R.counters(s0 + 1000 * MS, [_th(1000, 1000 * MS, 0)], [0, 0, 0]),
@@ -113,9 +118,12 @@ def test_budget_estimates_follow_each_segment():
     a = Accounting()
     a.feed(recs)
     (th,) = a.python_threads()
-    assert th["calls"][1] == 1000 + 2000 + 500 + 500          # off: 1000/s then 500/s
-    assert th["ns"][1][0] == (1000 + 2000 + 500 + 500) * MS   # 1 ms per call throughout
-    assert th["ns"][0][0] == (3500 - 2000 - 500) * MS         # moved out of Python
+    f = 0.5 ** (3.0 / HALF_LIFE_S)                 # window 1 (ends at 1 s) seen from window 2 (ends at 4 s)
+    share = (1000 * f + 500) / (1000 * f + 1000)   # backend's share of the thread in the pooled windows
+    assert th["calls"][1] == 1000 + 2000 + 500 + round(1000 * share)      # per ms of thread time
+    assert th["ns"][1][0] == pytest.approx((1000 + 2000 + 500 + 1000 * share) * MS, rel=1e-6)
+    assert th["ns"][0][0] == pytest.approx((3500 - 2000 - 1000 * share) * MS, rel=1e-6)   # window 2: real Python
+    assert th["ns"][0][0] >= 0 and sum(sum(x) for x in th["ns"]) == 5000 * MS    # nothing leaks
     assert a.samples("backend") == 1
 
 

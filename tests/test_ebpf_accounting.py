@@ -104,6 +104,8 @@ def test_budget_switches_the_hot_set_and_sources_say_so(ebpf, target, monitor, t
     assert s["sources"]["simulator_s"] == "exact"
     assert "> budget 1%: backend" in m.stderr_text
     assert s["totals"]["backend_s"] > 0
+    first = s["budget"]["steps"][0]       # priced in a 50 ms window right after attach, not at the
+    assert first["category"] == "backend" and first["at_s"] < 0.6, s["budget"]   # first 0.5 s tick (>= 0.75 s)
 
 
 def test_budget_off_mode_samples_and_estimates_stay_close(ebpf, target, monitor, tmp_path, simlib, calibration_file):

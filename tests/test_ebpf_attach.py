@@ -80,8 +80,9 @@ def test_torch_imported_after_attach_is_picked_up(ebpf, target, monitor, tmp_pat
 
 def test_torch_cpp_errors_do_not_crash_the_target(ebpf, target, monitor, tmp_path):
     out = tmp_path / "caught"
-    t = target("torch_errors.py", out, 12)
+    t = target("torch_errors.py", out, 3, tmp_path / "go")
     m, summary = monitor(t.pid)
+    (tmp_path / "go").touch()
     rc = t.finish(timeout=60)
     assert rc == 0, t.stderr_text
     assert int(out.read_text()) > 100

@@ -16,10 +16,11 @@ pytestmark = pytest.mark.ebpf
 
 @pytest.mark.parametrize("how", ["sigint", "sigterm", "target-exit", "duration"])
 def test_every_ending_writes_the_summary(ebpf, target, monitor, tmp_path, how):
-    t = target("torch_errors.py", tmp_path / "caught", 12 if how == "target-exit" else 60)
-    # target-exit: the target must outlive attach, which takes 3-7 s on a loaded 2-core VM (BPF compile)
+    go = tmp_path / "go"
+    t = target("torch_errors.py", tmp_path / "caught", 2 if how == "target-exit" else 600, go)
     extra = ("--duration", "2") if how == "duration" else ()
     m, summary = monitor(t.pid, *extra)
+    go.touch()                      # target-exit: its 2 s start now, whatever attach took
     time.sleep(1.0)
     sig = {"sigint": signal.SIGINT, "sigterm": signal.SIGTERM}.get(how)
     assert m.finish(sig, timeout=60) == 0, m.stderr_text
@@ -47,7 +48,8 @@ def _ns(proc, after: int, k: int = 15) -> float:
 
 def _our_programs() -> list[str]:
     out = subprocess.run(["bpftool", "prog", "show"], capture_output=True, text=True, check=True).stdout
-    return [ln for ln in out.splitlines() if " name p" in ln and ("_enter" in ln or "_exit" in ln)]
+    return [ln for ln in out.splitlines()     # per-probe programs (p<id>_enter), or the generic ones (g_*)
+            if (" name p" in ln and ("_enter" in ln or "_exit" in ln)) or " name g_" in ln]
 
 
 def test_sigkill_leaves_no_probe_and_target_speed_recovers(ebpf, target, monitor):
@@ -82,3 +84,43 @@ def test_target_dying_inside_a_probed_call(ebpf, target, monitor, tmp_path, siml
     assert s["end_reason"] == "target exited"
     assert s["calls"]["simulator"] == 24                  # 23 steps and the call it died in
     assert s["raw"]["simulator_s"] >= 0.5                 # the fatal call's 0.5 s counts as simulator
+
+
+def test_a_second_sigterm_always_ends_the_monitor(ebpf, target, monitor, tmp_path):
+    import glob
+    import os
+
+    t = target("idle.py")
+    m, _ = monitor(t.pid)
+    rings = glob.glob(f"/dev/shm/rlscope-top/ring-{t.pid}-*-{m.pid}.bin")
+    assert rings, "the session's ring"
+    m.p.send_signal(signal.SIGTERM)
+    m.p.send_signal(signal.SIGTERM)
+    rc = m.finish(timeout=10)
+    assert rc in (0, 128 + signal.SIGTERM), m.stderr_text
+    if rc:
+        assert "second SIGTERM: exiting now, without a summary" in m.stderr_text
+    assert not any(os.path.exists(r) for r in rings)       # nothing left behind either way
+    assert t.p.poll() is None
+
+
+@pytest.mark.parametrize("delay", [0.5, 1.0, 2.0, 4.0])
+def test_sigint_at_any_moment_leaves_nothing_behind(ebpf, target, spawn, tmp_path, delay):
+    """Ctrl-C while rlscope-top starts, compiles, attaches or runs: an exit status, a line,
+    and no ring or probe left (the delays are the point of the test, not readiness)."""
+    import glob
+    import os
+    import sys
+
+    t = target("idle.py")
+    m = spawn([sys.executable, "-m", "rlscope_top.cli", "attach", str(t.pid), "--headless",
+               "--summary", str(tmp_path / "s.json")], cwd=str(tmp_path))
+    time.sleep(delay)
+    rc = m.finish(signal.SIGINT, timeout=120)
+    assert rc in (0, 130), (rc, m.stderr_text)
+    assert m.stderr_text.strip() and "Traceback" not in m.stderr_text
+    assert not glob.glob(f"/dev/shm/rlscope-top/ring-{t.pid}-*-{m.pid}.bin")
+    with open("/sys/kernel/tracing/uprobe_events") as f:
+        assert f"_{t.pid}" not in f.read()              # no perf uprobe left for the target
+    assert not os.path.exists(f"/proc/{m.pid}/fd")      # its links and BPF programs went with it
+    assert t.p.poll() is None

@@ -1,6 +1,8 @@
 """GPU activity end to end, with real eBPF: `rlscope-top run` on a CPU-only torch
-workload, signals and exit status, and attach mode with the agent on (its CUPTI source
-stands in for the GPU this machine lacks; the CUDA runtime calls are real)."""
+workload and on a CUDA program that is not Python, signals and exit status, attach to a
+process with the GPU agent, and --gpu-activity injecting it. The GPU and CUPTI are
+stand-ins behind CUPTI's C interface (tests/native/); the CUDA runtime calls, the eBPF
+probes, the agent and the ptrace injection are real."""
 
 from __future__ import annotations
 
@@ -8,11 +10,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
-from conftest import CLI, TARGETS, load_summary
+from conftest import CLI, REPO, TARGETS, load_summary
 
 pytest.importorskip("cupti")
 pytestmark = pytest.mark.ebpf
@@ -62,28 +63,126 @@ def test_run_forwards_sigterm_and_reports_the_command_status(ebpf, spawn, tmp_pa
     assert s["end_reason"] in ("command exited (status 7)", "target exited")
 
 
-def test_attach_with_the_agent_joins_every_kernel_to_its_launch(ebpf, target, monitor, tmp_path):
+class _Driven:
+    """gpu_native_target.py with a stdin pipe: one command, one answer line."""
+
+    def __init__(self, g, agent=True):
+        self.p = subprocess.Popen([sys.executable, str(TARGETS / "gpu_native_target.py"), g["cuda"], g["cupti"],
+                                   g["agent"] if agent else "--no-agent"], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True)
+        _, pid, tid = self.p.stdout.readline().split()
+        self.pid, self.tid = int(pid), int(tid)
+
+    def __call__(self, line):
+        self.p.stdin.write(line + "\n")
+        self.p.stdin.flush()
+        return self.p.stdout.readline().strip()
+
+    def close(self):
+        self.p.kill()
+        self.p.wait()
+
+
+def _attach_and_count(monitor, g, t, extra=()):
     n, m_sync = 23, 7
-    go, done = tmp_path / "go", tmp_path / "done"
-    t = target("gpu_agent_target.py", n, m_sync, go, done)
-    mon, summary = monitor(t.pid)
+    mon, summary = monitor(t.pid, *extra, env={"RLSCOPE_CUPTI_LIB": g["cupti"]})
     mon.wait_line("CUPTI activity on", stream="stderr", timeout=60)
-    go.touch()
-    end = time.monotonic() + 60
-    while not done.exists() and time.monotonic() < end:
-        time.sleep(0.05)
-    assert done.read_text() == "35"                   # every CUDA call really ran (and failed: no GPU)
-    time.sleep(2.5)                                   # flush period + join wait
+    assert t(f"cudart {n} 200000") == "100"          # every CUDA call really ran (the stand-in driver: no device)
+    assert t(f"sync {m_sync}") == "100"
     assert mon.finish(signal.SIGINT) == 0, mon.stderr_text
     s = load_summary(summary)
-    g = s["gpu"]
-    assert g["source"] == "cupti" and g["kernels"] == n
+    g_ = s["gpu"]
+    assert g_["source"] == "cupti" and g_["kernels"] == n and g_["complete"] is True, g_
     op = s["operations"]["<all>"]["gpu"]
     assert op["kernels"] == n and op["joined"] == n                  # every kernel found its API call
     assert op["mean_kernel_us"] == pytest.approx(200.0)
     assert s["totals"]["gpu_s"] == pytest.approx(n * 200e-6, abs=1e-6)   # one stream: union == sum
     assert s["probes"]["hits"]["cudaLaunchKernel"] == n                 # eBPF saw the same launches
-    assert g["cuda_api"]["launches"] == n and g["cuda_api"]["sync_calls"] == m_sync
-    assert 0 < g["cuda_api"]["sync_blocked_s"] < 1
+    assert g_["cuda_api"]["launches"] == n and g_["cuda_api"]["sync_calls"] == m_sync
+    assert 0 < g_["cuda_api"]["sync_blocked_s"] < 1
     ov = s["totals"]["overlap_s"]
     assert sum(ov.values()) == pytest.approx(s["totals"]["wall_s"], abs=1e-3)
+    assert g_["agent"]["records"] == 2 * n and g_["agent"]["dropped_records"] == 0
+    return s, mon
+
+
+def test_attach_to_a_process_with_the_agent_joins_every_kernel(ebpf, gpu_native, monitor):
+    t = _Driven(gpu_native)
+    try:
+        _attach_and_count(monitor, gpu_native, t)
+    finally:
+        t.close()
+
+
+def test_gpu_activity_injects_the_agent_and_counts_exactly(ebpf, gpu_native, monitor):
+    t = _Driven(gpu_native, agent=False)
+    try:
+        s, mon = _attach_and_count(monitor, gpu_native, t, extra=("--gpu-activity",))
+        assert "injecting the GPU agent into PID" in mon.stderr_text
+        maps = open(f"/proc/{t.pid}/maps").read()
+        assert "librlscope_gpu" in maps and "rlscope-top-gpu" in maps    # it stays, idle
+        assert t("threads")                                              # the target goes on
+    finally:
+        t.close()
+
+
+def test_gpu_activity_refuses_a_process_without_cuda_in_one_line(ebpf, target, tmp_path):
+    t = target("idle.py")
+    p = subprocess.run([*CLI, "attach", str(t.pid), "--gpu-activity", "--duration", "1"], capture_output=True,
+                       text=True, timeout=60, cwd=str(tmp_path))
+    assert p.returncode == 2 and "maps no CUDA library" in p.stderr and "hint:" in p.stderr
+    assert "Traceback" not in p.stderr
+    assert "librlscope_gpu" not in open(f"/proc/{t.pid}/maps").read()       # nothing was injected
+
+
+def test_run_times_a_cuda_program_that_is_not_python(ebpf, gpu_native, tmp_path):
+    exe = tmp_path / "cuda_prog"
+    subprocess.run(["gcc", "-O1", "-o", str(exe), str(REPO / "tests" / "native" / "cuda_prog.c"),
+                    gpu_native["cuda"], f"-Wl,-rpath,{gpu_native['dir']}", "-ldl"], check=True)
+    go, summary = tmp_path / "go", tmp_path / "prog.json"
+    m = subprocess.Popen([*CLI, "run", "--headless", "--summary", str(summary), "--", str(exe),
+                          gpu_native["cupti"], "101", str(go)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, cwd=str(tmp_path), env={**os.environ, "RLSCOPE_CUPTI_LIB": gpu_native["cupti"]})
+    err = []
+    for line in m.stderr:
+        err.append(line)
+        if "attached to PID" in line:
+            go.touch()
+            break
+    out, rest = m.communicate(timeout=120)
+    assert m.returncode == 0, "".join(err) + rest
+    assert "made 101 kernels" in out
+    s = load_summary(summary)
+    assert s["gpu"]["source"] == "cupti" and s["gpu"]["kernels"] == 101, s["gpu"]
+    assert s["gpu"]["top_kernels"][0]["name"] == "fake_copy_kernel"
+
+
+def test_the_screens_g_key_path_injects_mid_session(ebpf, gpu_native, tmp_path, monkeypatch):
+    """What `g` + `y` on the live screen asks of the collector: inject now, then count."""
+    import threading
+    import time
+
+    from rlscope_top.gpu_source import GpuOptions
+    from rlscope_top.session import Options, run_until
+
+    monkeypatch.setenv("RLSCOPE_CUPTI_LIB", gpu_native["cupti"])
+    t = _Driven(gpu_native, agent=False)
+    attached, stop, box = threading.Event(), threading.Event(), {}
+    gpu = GpuOptions()
+    opts = Options(pid=t.pid, summary_path=str(tmp_path / "g.json"), quiet=True, gpu=gpu, sample_hz=0,
+                   on_attached=attached.set)
+    th = threading.Thread(target=lambda: box.update(s=run_until(opts, lambda: "q" if stop.is_set() else None)))
+    th.start()
+    try:
+        assert attached.wait(120)
+        gpu.inject_now.set()
+        end = time.monotonic() + 30
+        while "rlscope-top-gpu" not in open(f"/proc/{t.pid}/maps").read() and time.monotonic() < end:
+            time.sleep(0.05)
+        assert t("cudart 23 200000") == "100"
+    finally:
+        stop.set()
+        th.join(120)
+        t.close()
+    s = box["s"]
+    assert s["gpu"]["source"] == "cupti" and s["gpu"]["kernels"] == 23, s["gpu"]

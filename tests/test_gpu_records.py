@@ -1,23 +1,21 @@
-"""CUPTI record parsing, correlation join and GPU accounting on the hand-built sequence
-(tests/data/README.md): real cupti-python record objects, built by hand."""
+"""Decoding CUPTI buffers, the correlation join and the GPU accounting, on the hand-built
+sequence (tests/data/README.md) turned into buffers with cupti-python's own dtypes."""
 
 from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 
 pytest.importorskip("cupti")
 
 from cupti import cupti as real  # noqa: E402
 
-import cupti_fake as F  # noqa: E402
-from rlscope_top import gpu_records as G  # noqa: E402
-from rlscope_top._agent import load  # noqa: E402
-from rlscope_top.gpu_accounting import BusyUnion, GpuAccounting  # noqa: E402
+import cupti_buffers as B  # noqa: E402
+from rlscope_top import gpu_decode as D  # noqa: E402
+from rlscope_top.gpu_accounting import BusyUnion, GpuTotals  # noqa: E402
 from rlscope_top.gpu_join import Joiner  # noqa: E402
-
-A = load()
 
 
 def _merged_total(intervals):
@@ -35,112 +33,128 @@ def _merged_total(intervals):
 
 @pytest.fixture(scope="module")
 def seq():
-    return F.load("cupti_ppo_update.json")
+    return B.load("cupti_ppo_update.json")
 
 
-def test_converter_reads_real_record_objects(seq):
-    conv = A.Converter(real)
-    msg = conv.batch(seq["objects"])
+def _batch(seq):
+    return D.decode(seq["frames"], D.layouts(B.SIZES))
+
+
+def test_decoder_reads_cupti_python_layouts(seq):
+    b = _batch(seq)
     specs = seq["records"]
     kernels = [s for s in specs if s["type"] == "ActivityKernel13"]
-    assert len(msg["k"]) == len(kernels) == 4 * 7 + 1 + 3 + 1
+    k = b.acts[b.acts["kind"] == D.ACT_KERNEL]
+    assert len(k) == len(kernels) == 4 * 7 + 1 + 3 + 1
     first = kernels[0]
-    assert msg["k"][0] == [first["start"], first["end"], 0, 7, first["correlation_id"], 0]
-    assert msg["names"][0] == first["name"] and len(msg["names"]) == len({k["name"] for k in kernels})
-    assert len(msg["m"]) == 8 and {m[6] for m in msg["m"]} == {int(real.ActivityMemcpyKind.HTOD),
-                                                               int(real.ActivityMemcpyKind.DTOH)}
-    assert [s[5] for s in msg["s"]] == [65536] * 4
+    assert (k[0]["start"], k[0]["end"], k[0]["device"], k[0]["stream"], k[0]["corr"]) == \
+        (first["start"], first["end"], 0, 7, first["correlation_id"])
+    assert seq["names"][int(k[0]["detail"])] == first["name"]
+    m = b.acts[b.acts["kind"] == D.ACT_MEMCPY]
+    assert len(m) == 8 and set(m["detail"].tolist()) == {4096, 4}
+    s = b.acts[b.acts["kind"] == D.ACT_MEMSET]
+    assert s["detail"].tolist() == [65536] * 4
     apis = [s for s in specs if s["type"] == "ActivityAPI"]
-    assert len(msg["a"]) == len(apis)            # launch, memcpy, memset, graph launch: all kept
-    drv = [a for a in msg["a"] if a[5] == 1]
-    assert len(drv) == 1 and drv[0][4] == int(real.DriverApiTraceCbid.cuLaunchKernel)
-    # a second batch reuses the interned names
-    again = conv.batch(seq["objects"][:4])
-    assert again["names"] == {} and again["k"][0][5] == 0
+    assert len(b.api) == len(apis) and b.unknown == 0
+    drv = b.api[b.api["domain"] == 1]
+    assert len(drv) == 1
+    assert b.api["tid"].tolist() == [a["thread_id"] for a in apis if a["kind"] == "RUNTIME"] + [drv["tid"][0]]
 
 
-def test_converter_drops_api_records_that_launch_nothing():
-    conv = A.Converter(real)
-    get_device = F.record({"type": "ActivityAPI", "kind": "RUNTIME", "start": 1, "end": 2, "thread_id": 1,
-                           "correlation_id": 5, "cbid": "cudaGetDevice_v3020"})
-    launch = F.record({"type": "ActivityAPI", "kind": "RUNTIME", "start": 1, "end": 2, "thread_id": 1,
-                       "correlation_id": 6, "cbid": "cudaLaunchKernel_v7000"})
-    msg = conv.batch([get_device, launch])
-    assert [a[3] for a in msg["a"]] == [6]
+def test_every_kernel_record_version_decodes_by_its_size():
+    """CUPTI 13.0 .. 13.5 write different kernel structs: the size the agent reports picks one."""
+    for name in B.real.__dict__:
+        if not (name.startswith("activity_kernel") and name.endswith("_dtype")):
+            continue
+        dt = getattr(real, name)
+        recs = np.zeros(23, dt)
+        recs["kind"] = 10
+        recs["start"] = np.arange(23) * 1000
+        recs["end"] = recs["start"] + 500
+        recs["correlation_id"] = np.arange(23) + 1
+        b = D.decode([(10, recs.tobytes())], D.layouts({10: dt.itemsize}))
+        assert len(b.acts) == 23 and b.acts["corr"].tolist() == list(range(1, 24)), name
+        assert (b.acts["end"] - b.acts["start"]).tolist() == [500] * 23
 
 
-def test_errors_are_one_line_with_a_fix():
-    code, msg = A.classify_error(real.cuptiError(int(real.Result.ERROR_INSUFFICIENT_PRIVILEGES)), real)
-    assert code == "no_permission" and "INSUFFICIENT_PRIVILEGES" in msg and "root" in msg
-    with pytest.raises(Exception) as no_driver:          # the real failure on this GPU-less machine
-        real.activity_enable(real.ActivityKind.CONCURRENT_KERNEL)
-    code, msg = A.classify_error(no_driver.value, real)
-    assert code == "no_driver" and "libcuda.so.1" in msg and "\n" not in msg
-    code, msg = A.classify_error(ImportError("No module named 'cupti'"))
-    assert code == "not_installed" and "pip install cupti-python" in msg
-    code, msg = A.classify_error(real.cuptiError(int(real.Result.ERROR_UNKNOWN)), real)
-    assert code == "error" and "ERROR_UNKNOWN" in msg
+def test_a_record_size_no_dtype_knows_is_refused_in_one_line():
+    with pytest.raises(D.LayoutError) as e:
+        D.layouts({10: 264})
+    msg = str(e.value)
+    assert "kernel records of 264 bytes" in msg and "upgrade cupti-python" in msg and "\n" not in msg
+    bad = D.decode([(10, b"\0" * 100)], D.layouts({10: 248}))      # a frame that is not whole records
+    assert len(bad.acts) == 0 and bad.unknown == 1
 
 
-def _joined(seq, wait_ns=0):
-    conv, j = A.Converter(real), Joiner(wait_ns=wait_ns)
-    msg = conv.batch(seq["objects"])
-    msg["clock"] = seq["clock"]
-    j.feed(msg, now=0)
-    rec = j.ready(now=10**12, final=True)
-    return j, rec
+def _joined(seq, wait_ns=0, op_of=None):
+    j = Joiner(wait_ns=wait_ns, **({"op_of": op_of} if op_of else {}))
+    j.offset = seq["clock"][0] - seq["clock"][1]
+    j.feed(_batch(seq), now=0)
+    return j, j.ready(now=10**12, final=True)
 
 
 def test_join_by_correlation_id(seq):
-    j, rec = _joined(seq)
+    j, out = _joined(seq)
     offset = seq["clock"][0] - seq["clock"][1]
-    items = rec["items"]
-    by_corr = {}
-    for s in seq["records"]:
-        if s["type"] == "ActivityAPI":
-            by_corr[s["correlation_id"]] = s
+    by_corr = {s["correlation_id"]: s for s in seq["records"] if s["type"] == "ActivityAPI"}
     acts = [s for s in seq["records"] if s["type"] != "ActivityAPI"]
-    assert len(items) == len(acts)
+    assert len(out) == len(acts)
     specs = {(s["correlation_id"], s["start"] - offset): s for s in acts}      # CLOCK_MONOTONIC now
-    for it in items:
-        s = specs.pop((it[G.CORR], it[G.START]))
-        assert it[G.END] == s["end"] - offset
-        assert it[G.KIND] == {"ActivityKernel13": "k", "ActivityMemcpy7": "m", "ActivityMemset5": "s"}[s["type"]]
+    for it in out:
+        s = specs.pop((int(it["corr"]), int(it["start"])))
+        assert it["end"] == s["end"] - offset
+        assert it["kind"] == {"ActivityKernel13": 0, "ActivityMemcpy7": 1, "ActivityMemset5": 2}[s["type"]]
         api = by_corr.get(s["correlation_id"])
         if api is None:
-            assert it[G.TID] == 0 and it[G.LAUNCH] == 0
+            assert it["tid"] == 0 and it["launch"] == 0
         else:
-            assert it[G.TID] == api["thread_id"] and it[G.LAUNCH] == api["start"] - offset
-        assert it[G.OP] == "<all>"
-    graph = [it for it in items if it[G.CORR] == max(by_corr)]
-    assert len(graph) == 3 and all(it[G.TID] == seq["tids"][0] for it in graph)   # shared id: all joined
+            assert it["tid"] == api["thread_id"] and it["launch"] == api["start"] - offset
+        assert j.op_names[it["op"]] == "<all>"
+    graph = out[out["corr"] == max(by_corr)]
+    assert len(graph) == 3 and set(graph["tid"].tolist()) == {seq["tids"][0]}   # shared id: all joined
     assert j.unjoined == 1 and j.joined == len(acts) - 1
 
 
-def test_unjoined_activity_waits_then_goes_out(seq):
-    conv, j = A.Converter(real), Joiner(wait_ns=1_000)
-    kern = F.record({"type": "ActivityKernel13", "start": 10, "end": 20, "correlation_id": 77, "name": "k",
-                     "device_id": 0, "stream_id": 1})
-    j.feed({**conv.batch([kern]), "clock": [0, 0]}, now=100)
-    assert j.ready(now=500)["items"] == []                     # the name goes out, the kernel waits
-    api = F.record({"type": "ActivityAPI", "kind": "RUNTIME", "start": 5, "end": 8, "thread_id": 9,
-                    "correlation_id": 77, "cbid": "cudaLaunchKernel_v7000"})
-    j.feed({**conv.batch([api]), "clock": [0, 0]}, now=600)
-    out = j.ready(now=700)["items"]
-    assert len(out) == 1 and out[0][G.TID] == 9                # joined before its wait ran out
-    j.feed({**conv.batch([kern]), "clock": [0, 0]}, now=800)
-    j.api.clear()
-    assert j.ready(now=1_000) is None
-    late = j.ready(now=1_900)["items"]
-    assert len(late) == 1 and late[0][G.TID] == 0              # waited 1 us, then out unjoined
+def _one(kind, corr, start, end, tid=None):
+    if tid is None:
+        r = np.zeros(1, D.ACTIVITY)
+        r[0] = (kind, start, end, 0, 1, corr, 0)
+        return D.Batch(r, np.empty(0, D.API))
+    a = np.zeros(1, D.API)
+    a[0] = (corr, tid, start, 0)
+    return D.Batch(np.empty(0, D.ACTIVITY), a)
+
+
+def test_unjoined_activity_waits_then_goes_out():
+    j = Joiner(wait_ns=1_000)
+    j.feed(_one(0, 77, 10, 20), now=100)
+    assert len(j.ready(now=500)) == 0                          # the kernel waits for its API record
+    j.feed(_one(None, 77, 5, 8, tid=9), now=600)
+    out = j.ready(now=700)
+    assert len(out) == 1 and out["tid"][0] == 9                # joined before its wait ran out
+    j.feed(_one(0, 78, 30, 40), now=800)
+    assert len(j.ready(now=1_000)) == 0
+    late = j.ready(now=1_900)
+    assert len(late) == 1 and late["tid"][0] == 0              # waited 1 us, then out unjoined
+    assert j.unjoined == 1 and j.joined == 1
+
+
+def test_runtime_record_wins_over_the_driver_call_inside_it():
+    j = Joiner(wait_ns=0)
+    api = np.zeros(2, D.API)
+    api[0] = (5, 111, 100, 1)        # the driver call inside the runtime call, same id
+    api[1] = (5, 222, 90, 0)
+    acts = np.zeros(1, D.ACTIVITY)
+    acts[0] = (0, 200, 300, 0, 1, 5, 0)
+    j.feed(D.Batch(acts, api), now=0)
+    out = j.ready(now=0)
+    assert out["tid"].tolist() == [222] and out["launch"].tolist() == [90]
 
 
 def test_operation_hook_is_used(seq):
-    conv = A.Converter(real)
-    j = Joiner(op_of=lambda tid, ts: "rollout" if tid == seq["tids"][1] else "update", wait_ns=0)
-    j.feed({**conv.batch(seq["objects"]), "clock": seq["clock"]}, now=0)
-    ops = {it[G.OP] for it in j.ready(0, final=True)["items"]}
-    assert ops == {"rollout", "update", "<all>"}               # <all>: the one without an API record
+    _, out = _joined(seq, op_of=lambda tid, ts: "rollout" if tid == seq["tids"][1] else "update")
+    j, _ = _joined(seq, op_of=lambda tid, ts: "rollout" if tid == seq["tids"][1] else "update")
+    assert {j.op_names[i] for i in out["op"].tolist()} == {"rollout", "update", "<all>"}   # <all>: no API record
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
@@ -152,8 +166,10 @@ def test_busy_union_matches_the_plain_union(seed):
         ivs.append((a, a + rnd.randrange(1, 5_000_000)))
     u = BusyUnion(reorder_ns=200_000_000)
     arrival = sorted(ivs, key=lambda iv: iv[1] + rnd.randrange(0, 150_000_000))   # out of order, within reorder
-    for a, b in arrival:
-        u.add(a, b)
+    for k in range(0, len(arrival), 100):                      # batches, as the collector adds them
+        chunk = arrival[k:k + 100]
+        u.add_many(np.array([a for a, _ in chunk]), np.array([b for _, b in chunk]))
+        u.finalize(max(b for _, b in chunk) - 200_000_000)
     u.finalize(u.newest)
     assert u.late == 0
     assert u.total() == _merged_total(ivs)
@@ -170,17 +186,30 @@ def test_busy_union_counts_late_records_and_never_exceeds_wall():
     assert u.late == 1 and u.total() == 5000
 
 
+def test_busy_union_memory_is_bounded():
+    """Bins older than a minute fold into the total: an hour of kernels keeps ~6000 bins."""
+    u = BusyUnion(reorder_ns=0)
+    for s in range(0, 3600, 10):
+        t = s * 1_000_000_000
+        a = t + np.arange(0, 10_000_000_000, 5_000_000)
+        u.add_many(a, a + 1_000_000)
+        u.finalize(t + 10_000_000_000)
+    assert u.total() == 3600 * 200 * 1_000_000
+    assert len(u.bins) <= 6_100
+
+
 def test_accounting_per_operation_figures(seq):
-    _, rec = _joined(seq)
-    g = GpuAccounting()
-    g.feed(rec)
-    items = rec["items"]
-    kernels = [it for it in items if it[G.KIND] == G.KERNEL]
+    _, out = _joined(seq)
+    g = GpuTotals()
+    g.add(out, ["<all>"], seq["names"])
+    kernels = out[out["kind"] == 0]
     assert g.all.kernels == len(kernels) and g.all.memcpys == 8 and g.all.memsets == 4
-    assert g.all.kernel_ns == sum(it[G.END] - it[G.START] for it in kernels)
-    assert g.all.busy.total() == _merged_total([(it[G.START], it[G.END]) for it in items])
-    assert g.all.busy.total() < sum(it[G.END] - it[G.START] for it in items)       # streams overlap
+    assert g.all.kernel_ns == int((kernels["end"] - kernels["start"]).sum())
+    ivs = list(zip(out["start"].tolist(), out["end"].tolist()))
+    assert g.all.busy.total() == _merged_total(ivs)
+    assert g.all.busy.total() < int((out["end"] - out["start"]).sum())       # streams overlap
     assert g.all.kernels_joined == len(kernels) - 1
     assert g.all.memcpy_bytes == 4 * (4096 + 4)
-    top = max(g.top.items(), key=lambda kv: kv[1][1])
-    assert g.kernel_name(top[0]).startswith("ampere_sgemm_32x32")
+    rec = g.record(0)
+    assert rec["top"][0][0].startswith("ampere_sgemm_32x32")
+    assert rec["all"]["busy_ns"] == _merged_total(ivs) and rec["all"]["kernels"] == len(kernels)

@@ -133,3 +133,30 @@ def test_printed_operations_have_their_gpu_overlap():
     # inference: both 20 ms and GPU-only 4 ms of its 120 ms per tick; it launched 5 of the 10 kernels
     assert rows["inference"][-3:] == ["0.400s", "17%", "3%"], rows["inference"]
     assert rows["train"][-3:] == ["0.400s", "15%", "5%"], rows["train"]
+
+
+def test_gpu_totals_survive_a_lapped_ring(tmp_path):
+    """A reader that starts late on a ring that lapped many times (`view` of a kept ring)
+    gets the same GPU figures as one that read everything: they are cumulative."""
+    from rlscope_top.ring import RingReader, RingWriter
+
+    full = _summary()
+    path = str(tmp_path / "small.bin")
+    w = RingWriter(path, capacity=16384)
+    recs = GS.gpu_stream()
+    for r in recs[:-2]:
+        w.write(r)
+    late = RingReader(path)                  # joins now: most of the session is gone
+    for r in recs[-2:]:
+        w.write(r)
+    a = Accounting()
+    meta = recs[0]
+    a.feed([meta, *late.poll()])             # `view` keeps the latest meta the same way
+    s = S.build(a)
+    assert late.dropped > 0
+    for key in ("gpu_s",):
+        assert s["totals"][key] == full["totals"][key]
+    assert s["gpu"]["kernels"] == full["gpu"]["kernels"] == GS.TICKS * GS.KERNELS_PER_TICK
+    assert s["gpu"]["top_kernels"] == full["gpu"]["top_kernels"]
+    assert s["gpu"]["contrast"]["nvml_util_pct"] == full["gpu"]["contrast"]["nvml_util_pct"]
+    assert s["gpu"]["cuda_api"]["sync_calls"] == full["gpu"]["cuda_api"]["sync_calls"]

@@ -25,8 +25,9 @@ def _loaded(mods, banned):
     (["rlscope_top.tui", "rlscope_top.tui.app", "rlscope_top.view"], ["bcc", "rlscope_top.probes.loader"]),
     (["rlscope_top.accounting", "rlscope_top.summary", "rlscope_top.ring", "rlscope_top.records"],
      ["bcc", "textual"]),
-    (["rlscope_top.probes.nvml", "rlscope_top.gpu_collector", "rlscope_top.launch"], ["textual"]),
-    (["rlscope_top.gpu_summary", "rlscope_top.gpu_accounting", "rlscope_top.gpu_join", "rlscope_top.gpu_link",
+    (["rlscope_top.probes.nvml", "rlscope_top.gpu_source", "rlscope_top.launch", "rlscope_top.probes.gpu_region",
+      "rlscope_top.probes.gpu_inject"], ["textual"]),
+    (["rlscope_top.gpu_summary", "rlscope_top.gpu_accounting", "rlscope_top.gpu_join", "rlscope_top.gpu_decode",
       "rlscope_top.gpu_records"], ["bcc", "textual", "rlscope_top.probes.loader", "cupti", "pynvml"]),
 ])
 def test_layer_imports(mods, banned):

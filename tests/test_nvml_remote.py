@@ -1,16 +1,19 @@
 """The NVML sampler behind its real interface (pynvml; this machine has no
-libnvidia-ml.so), and the --gpu-activity version check."""
+libnvidia-ml.so), and the checks --gpu-activity makes before it injects anything."""
 
 from __future__ import annotations
 
 import ctypes
+import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
-from rlscope_top import remote
-from rlscope_top.errors import EXIT_GPU_ACTIVITY, GpuActivityUnavailable
+from rlscope_top.errors import EXIT_USAGE, GpuActivityUnavailable
+from rlscope_top.probes import gpu_inject
 from rlscope_top.probes.nvml import NvmlSampler
 
 pynvml = pytest.importorskip("pynvml")
@@ -108,39 +111,83 @@ def test_sampler_keeps_native_samples_and_only_the_targets_process():
     assert stub.calls == ["shutdown"]
 
 
-def test_remote_exec_needs_python_314_on_both_sides():
-    with pytest.raises(GpuActivityUnavailable) as e:
-        remote.check(1, monitor=(3, 11), target=(3, 14))
-    assert "3.14" in e.value.message and "3.11" in e.value.message and "rlscope-top run" in e.value.hint
-    with pytest.raises(GpuActivityUnavailable) as e:
-        remote.check(1, monitor=(3, 14), target=(3, 12))
-    assert "PID 1 is CPython 3.12" in e.value.message
-    assert e.value.code == EXIT_GPU_ACTIVITY and e.value.pid == 1
-
-
-def test_target_python_version_is_read_from_proc():
+def _sleeper():
     p = subprocess.Popen([sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(30)"],
                          stdout=subprocess.PIPE, text=True)
+    p.stdout.readline()
+    return p
+
+
+def test_preflight_refuses_a_process_without_cuda():
+    p = _sleeper()
     try:
-        p.stdout.readline()
-        assert remote.target_python(p.pid) == sys.version_info[:2]
+        with pytest.raises(GpuActivityUnavailable) as e:
+            gpu_inject.preflight(p.pid)
     finally:
+        p.kill()
+        p.wait()
+    assert f"PID {p.pid} maps no CUDA library" in e.value.message and e.value.hint
+    assert e.value.code == EXIT_USAGE and e.value.pid == p.pid
+
+
+def test_preflight_refuses_a_stopped_process():
+    p = _sleeper()
+    try:
+        os.kill(p.pid, signal.SIGSTOP)
+        end = time.monotonic() + 10
+        while gpu_inject._status(p.pid).get("State", "")[:1] != "T" and time.monotonic() < end:
+            time.sleep(0.01)                      # the stop is asynchronous: wait until it took
+        with pytest.raises(GpuActivityUnavailable) as e:
+            gpu_inject.preflight(p.pid)
+        assert "is stopped (SIGSTOP)" in e.value.message and "kill -CONT" in e.value.hint
+    finally:
+        os.kill(p.pid, signal.SIGCONT)
         p.kill()
         p.wait()
 
 
-@pytest.mark.skipif(sys.version_info >= (3, 14), reason="checks the message shown before CPython 3.14")
-def test_cli_gpu_activity_says_what_to_do_instead(tmp_path):
-    p = subprocess.Popen([sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(30)"],
-                         stdout=subprocess.PIPE, text=True)
+def test_preflight_refuses_when_ptrace_is_off(monkeypatch):
+    monkeypatch.setattr(gpu_inject, "_ptrace_scope", lambda: 3)
+    with pytest.raises(GpuActivityUnavailable) as e:
+        gpu_inject.preflight(os.getpid())
+    assert "ptrace_scope=3" in e.value.message and "RLSCOPE_GPU_ACTIVITY=1" in e.value.hint
+
+
+def test_preflight_refuses_without_cap_sys_ptrace(monkeypatch):
+    monkeypatch.setattr(gpu_inject, "_have_cap", lambda cap: False)
+    with pytest.raises(GpuActivityUnavailable) as e:
+        gpu_inject.preflight(os.getpid())
+    assert "CAP_SYS_PTRACE" in e.value.message and "--cap-add SYS_PTRACE" in e.value.hint
+
+
+def test_cli_gpu_activity_without_cuda_is_one_line_and_exit_2(tmp_path):
+    p = _sleeper()
     try:
-        p.stdout.readline()
         r = subprocess.run([sys.executable, "-m", "rlscope_top.cli", "attach", str(p.pid), "--gpu-activity"],
                            capture_output=True, text=True, timeout=60, cwd=str(tmp_path))
     finally:
         p.kill()
         p.wait()
-    assert r.returncode == EXIT_GPU_ACTIVITY
     lines = r.stderr.strip().splitlines()
-    assert len(lines) == 2 and "needs CPython >= 3.14" in lines[0] and lines[1].strip().startswith("hint:")
+    if os.geteuid() != 0:
+        assert r.returncode == 7 and "root" in lines[0]
+        return
+    assert r.returncode == EXIT_USAGE
+    assert len(lines) == 2 and "maps no CUDA library" in lines[0] and lines[1].strip().startswith("hint:")
     assert "Traceback" not in r.stderr
+
+
+def test_the_agent_copy_is_root_owned_and_replaced_when_tampered(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("root only")
+    d = tmp_path / "lib"
+    path = gpu_inject.agent_path(str(d))
+    st = os.stat(path)
+    assert st.st_uid == 0 and st.st_mode & 0o777 == 0o644 and os.stat(d).st_mode & 0o777 == 0o755
+    os.chmod(path, 0o666)                               # someone made it writable: not trusted, replaced
+    again = gpu_inject.agent_path(str(d))
+    assert again == path and os.stat(path).st_mode & 0o777 == 0o644
+    os.chmod(d, 0o777)
+    with pytest.raises(GpuActivityUnavailable) as e:
+        gpu_inject.agent_path(str(d))
+    assert "only root can write" in e.value.message

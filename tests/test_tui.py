@@ -72,16 +72,17 @@ def test_sort_key_cycles_the_threads_table(ring, tmp_path):
         async with app.run_test(size=(120, 40)) as pilot:
             await pilot.pause()
             app.query_one("#threads").focus()
-            for _ in range(5):
+            for _ in range(6):
                 order.append([r[0] for r in _cells(app, "#threads")])
                 await pilot.press("o")
                 await pilot.pause()
     asyncio.run(go())
     assert order[0] == ["42", "44", "43"]          # on-CPU
     assert order[1] == ["44", "42", "43"]          # off-CPU: 1.5 s, 0.3 s, 0
-    assert order[2] == ["44", "42", "43"]          # Python: the pool thread's time is all Python
-    assert order[3][0] == "42"                     # Backend
-    assert order[4] == ["42", "43", "44"]          # TID ascending
+    assert order[2] == ["42", "43", "44"]          # Python: the pool thread never ran Python (n/a)
+    assert order[3][0] == "44"                     # native: the pool thread's time outside probes
+    assert order[4][0] == "42"                     # Backend
+    assert order[5] == ["42", "43", "44"]          # TID ascending
 
 
 def test_sort_follows_focus_and_enter_shows_details(ring, tmp_path):
@@ -229,3 +230,31 @@ def test_operations_table_shows_each_operation_with_its_source(ops_ring, tmp_pat
     assert rows["inference"][2] == "30%" and rows["env"][2] == "32%" and rows["<none>"][2] == "38%"
     assert rows["inference"][4] == f"{700 / 0.47:,.0f}"          # transitions per second of the operation
     assert any(n.startswith("<none>") for n in seen["notes"]), seen["notes"]
+
+
+def test_the_screen_opens_at_once_and_says_it_is_attaching(tmp_path):
+    """The screen is up while the probes compile: it says so, then shows data once they land."""
+    from rlscope_top import records as R
+    from rlscope_top.ring import RingWriter
+    from rlscope_top.session import ATTACHING
+    from streams import stream
+
+    path = str(tmp_path / "live.bin")
+    w = RingWriter(path, capacity=1 << 16)
+    w.write(R.note(1, "status", ATTACHING))
+    app = RlscopeApp(path, str(tmp_path / "s.json"), clock=lambda: 1000.0, write_on_quit=False, pid=42)
+    seen = {}
+
+    async def go():
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.pause()
+            seen["before"] = str(app.query_one("#header").render())
+            for r in stream():
+                w.write(r)
+            app.refresh_view()
+            await pilot.pause()
+            seen["after"] = str(app.query_one("#header").render())
+    asyncio.run(go())
+    w.close()
+    assert "pid 42" in seen["before"] and "attaching: compiling" in seen["before"]
+    assert "python train.py" in seen["after"] and "attaching" not in seen["after"]

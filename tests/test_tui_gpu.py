@@ -77,3 +77,37 @@ def test_operation_details_show_its_gpu_time_and_overlap(tmp_path):
     note = next(n for n in seen["notes"] if n.startswith("inference"))
     assert ("GPU 0.400s launched here, 10.0 kernels/step; of its wall time: CPU+GPU 17%, GPU only 3%, "
             "CPU only 67%, idle 13%") in note
+
+
+def test_g_asks_before_it_injects_and_only_where_there_is_a_collector(tmp_path):
+    ring = _ring(tmp_path, "nogpu", cupti=False)
+    asked = []
+    app = RlscopeApp(ring, str(tmp_path / "s.json"), clock=FROZEN, request_gpu=lambda: asked.append(1))
+    seen = {}
+
+    async def go():
+        async with app.run_test(size=(160, 40)) as pilot:
+            await pilot.pause()
+            await pilot.press("g")
+            seen["question"] = str(app.screen.query_one("#confirm").render())
+            await pilot.press("n")                      # no: nothing happens
+            await pilot.pause()
+            seen["after_no"] = list(asked)
+            await pilot.press("g", "y")
+            await pilot.pause()
+            seen["after_yes"] = list(asked)
+    asyncio.run(go())
+    assert "Inject rlscope-top's GPU agent into PID 42 with ptrace?" in seen["question"]
+    assert seen["after_no"] == [] and seen["after_yes"] == [1]
+
+    view = RlscopeApp(ring, str(tmp_path / "v.json"), clock=FROZEN)        # `view`: no collector to ask
+    shown = {}
+
+    async def go2():
+        async with view.run_test(size=(160, 40)) as pilot:
+            await pilot.pause()
+            await pilot.press("g")
+            await pilot.pause()
+            shown["modal"] = len(view.screen_stack)
+    asyncio.run(go2())
+    assert shown["modal"] == 1

@@ -21,7 +21,7 @@ STYLE = {"python": ("#56B4E9", "█"), "simulator": ("#009E73", "▒"), "backend
 SPARK = "▁▂▃▄▅▆▇█"
 SORTS = {  # per table: (label, key of the row's data); the first is the default
     "threads": [("on-CPU", "on_cpu_s"), ("off-CPU", "off_cpu_s"), ("Python", "python_s"),
-                ("Backend", "backend_s"), ("TID", "tid")],
+                ("native", "native_s"), ("Backend", "backend_s"), ("TID", "tid")],
     "cats": [("stack order", None), ("time", "seconds")],
     "ops": [("wall", "wall_share"), ("calls/s", "calls_per_s"), ("trans/s", "transitions_per_s")],
 }
@@ -33,6 +33,7 @@ HELP = """[b]rlscope-top keys[/b]
   o  change the sort column of the focused table (tab moves focus)
   enter  details of the selected row
   r  reset the counters shown (the summary keeps everything)
+  g  time GPU kernels: inject the GPU agent (asks first; attach only)
   ?  this help
 
 Bars: █ Python  ▒ Simulator  ▓ Backend  ░ CUDA API  ▞ GPU
@@ -83,6 +84,14 @@ def _gpu_detail(op: dict) -> str:
             f"CPU only {100 * ov['cpu_only'] / whole:.0f}%, idle {100 * ov['idle'] / whole:.0f}%")
 
 
+def _kind(row: dict) -> str:
+    """py for a Python thread; else native, or the category the tick mostly found it in."""
+    if row["python_thread"]:
+        return "py"
+    cat = row.get("category") or "native"
+    return "native" if cat == "native" else f"native:{LABELS.get(cat, cat)}"
+
+
 def _rate(v) -> str:
     return "-" if v is None else f"{v:,.0f}"
 
@@ -100,6 +109,22 @@ class HelpScreen(ModalScreen):
         yield Static(HELP, id="help")
 
 
+class ConfirmScreen(ModalScreen[bool]):
+    """A yes/no question over the app (y / n, Enter / Escape)."""
+
+    BINDINGS = [Binding("y,enter", "answer(True)", "yes"), Binding("n,escape", "answer(False)", "no")]
+
+    def __init__(self, question: str):
+        super().__init__()
+        self.question = question
+
+    def compose(self) -> ComposeResult:
+        yield Static(f"{self.question}\n\n[b]y[/b] yes   [b]n[/b] no", id="confirm")
+
+    def action_answer(self, yes: bool) -> None:
+        self.dismiss(yes)
+
+
 class RlscopeApp(App):
     """Live view of one ring (written by this process's collector or another one)."""
 
@@ -108,12 +133,14 @@ class RlscopeApp(App):
     #banner { height: auto; background: $warning 30%; padding: 0 1; display: none; }
     #banner.show { display: block; }
     #gpu { height: auto; max-height: 5; padding: 0 1; color: $text-muted; }
+    #job { height: auto; max-height: 2; padding: 0 1; }
     #ops { height: auto; max-height: 10; }
     #cats { height: auto; }
     #threads { height: 1fr; }
     DataTable { scrollbar-size: 1 1; }
-    HelpScreen { align: center middle; }
+    HelpScreen, ConfirmScreen { align: center middle; }
     #help { width: 64; height: auto; border: round $accent; padding: 1 2; background: $surface; }
+    #confirm { width: 72; height: auto; border: round $warning; padding: 1 2; background: $surface; }
     """
     BINDINGS = [
         Binding("q", "quit_app", "Quit"),
@@ -122,12 +149,15 @@ class RlscopeApp(App):
         Binding("s", "snapshot", "Snapshot"),
         Binding("o", "sort", "Sort"),
         Binding("r", "reset", "Reset"),
+        Binding("g", "gpu", "GPU timing"),
         Binding("question_mark", "help", "Help"),
     ]
 
     def __init__(self, ring_path: str, summary_path: str, interval_s: float = 1.0, clock=time.monotonic,
-                 write_on_quit: bool = True):
+                 write_on_quit: bool = True, request_gpu=None, pid: int | None = None):
         super().__init__()
+        self.pid = pid                       # known before the ring says it (attach in progress)
+        self.request_gpu = request_gpu       # attach sessions: ask the collector to inject the GPU agent
         self.write_on_quit = write_on_quit   # False when the session writes the final summary itself
         self.vm = ViewModel(ring_path, clock=clock)
         self.summary_path = summary_path
@@ -143,17 +173,19 @@ class RlscopeApp(App):
             yield Static(id="banner")
             yield DataTable(id="ops", cursor_type="row", zebra_stripes=False)
             yield DataTable(id="cats", cursor_type="row")
+            yield Static(id="job")
             yield Static(id="gpu")
             yield DataTable(id="threads", cursor_type="row")
         yield Footer()
 
     def on_mount(self) -> None:
+        self.opened = time.monotonic()
         self.title = "rlscope-top"
         self.query_one("#ops", DataTable).add_columns("operation", "source", "wall", "Python/Sim/Backend/CUDA",
                                                       "trans/s", "calls/s")
         self.query_one("#cats", DataTable).add_columns("category", "time", "share", "history", "source")
-        self.query_one("#threads", DataTable).add_columns("tid", "name", "py", "on-CPU", "off-CPU", "Python",
-                                                          "Backend", "Sim", "CUDA")
+        self.query_one("#threads", DataTable).add_columns("tid", "name", "kind", "on-CPU", "off-CPU", "Python",
+                                                          "native", "Backend", "Sim", "CUDA")
         self.refresh_view()
         self.set_interval(self.interval_s, self.refresh_view)
 
@@ -167,20 +199,33 @@ class RlscopeApp(App):
             return
         if self.paused:
             return
+        if not self.vm.acct.meta:            # still attaching: the collector is compiling
+            self._attaching()
+            return
         snap = self.last = self.vm.snapshot()
         self._header(snap)
         self._banner_for(snap)
         self._ops(snap)
         self._cats(snap)
         self._threads(snap)
+        self.query_one("#job", Static).update(Text(snap["job"]))
         self.query_one("#gpu", Static).update(Text("\n".join(snap["gpu"]["lines"])))   # rlscope_top/gpu_summary.py
+
+    def _attaching(self) -> None:
+        notes = [n["msg"] for n in self.vm.acct.notes]
+        status = next((m for m in reversed(notes) if m.startswith("attaching")), "attaching")
+        elapsed = time.monotonic() - self.opened
+        line1 = Text.assemble(("rlscope-top ", "bold"), f"pid {self.pid or '?'}")
+        self.query_one("#header", Static).update(Text.assemble(line1, "\n", f"{status}  [{elapsed:.0f}s]"))
+        self._banner("\n".join(n for n in notes if not n.startswith("attaching"))[-600:])
 
     def _header(self, s: dict) -> None:
         modes = ", ".join(f"{c} {m}" for c, m in s["modes"].items()) or "all exact"
         cmd = (s["command"] or "")[:60]
         line1 = Text.assemble(("rlscope-top ", "bold"), f"pid {s['pid']}  ", (cmd, "italic"))
         line2 = (f"up {s['uptime_s']:.0f}s  probes: {', '.join(s['groups']) or 'none yet'}  modes: {modes}  "
-                 f"overhead {s['overhead_pct']:.1f}%{'' if s['calibrated'] else ' (uncalibrated)'}  "
+                 f"overhead {s['overhead_pct']:.1f}% (now {s['overhead_now_pct']:.1f}%)"
+                 f"{'' if s['calibrated'] else ' (uncalibrated)'}  "
                  f"drops {s['dropped']}{'  [paused]' if self.paused else ''}")
         self.query_one("#header", Static).update(Text.assemble(line1, "\n", line2))
 
@@ -216,9 +261,9 @@ class RlscopeApp(App):
 
     def _threads(self, s: dict) -> None:
         _refill(self.query_one("#threads", DataTable), [
-            (str(r["tid"]), (str(r["tid"]), r["name"], "yes" if r["python_thread"] else "", _fmt_s(r["on_cpu_s"]),
-                             _fmt_s(r["off_cpu_s"]), _fmt_s(r["python_s"]), _fmt_s(r["backend_s"]),
-                             _fmt_s(r["simulator_s"]), _fmt_s(r["cuda_api_s"])))
+            (str(r["tid"]), (str(r["tid"]), r["name"], _kind(r), _fmt_s(r["on_cpu_s"]),
+                             _fmt_s(r["off_cpu_s"]), _fmt_s(r["python_s"]), _fmt_s(r.get("native_s")),
+                             _fmt_s(r["backend_s"]), _fmt_s(r["simulator_s"]), _fmt_s(r["cuda_api_s"])))
             for r in self._sorted("threads", s["threads"])])
 
     def _sorted(self, table: str, rows: list[dict]) -> list[dict]:
@@ -234,7 +279,10 @@ class RlscopeApp(App):
         """Leave; in `view` mode write the summary from what the ring holds first."""
         path = self.summary_path
         if self.write_on_quit:
-            self.vm.poll()
+            try:
+                self.vm.poll()
+            except Exception:  # noqa: BLE001 - a corrupt tail: the summary of what was read
+                pass
             path, _ = S.write_safely(self.vm.summary(), path, self.vm.acct.meta.get("pid", 0))
         self.exit(path)
 
@@ -285,6 +333,27 @@ class RlscopeApp(App):
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
+
+    def check_action(self, action: str, parameters: tuple) -> bool | None:
+        """The GPU key exists only where the screen runs beside its collector (not `view`)."""
+        return self.request_gpu is not None if action == "gpu" else True
+
+    def action_gpu(self) -> None:
+        """Offer to inject the GPU agent; the collector does it (and says how it went)."""
+        if self.last is not None and self.last["gpu"]["available"]:
+            self.notify("GPU kernel timing is already on")
+            return
+        pid = (self.last or {}).get("pid", "?")
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.request_gpu()
+                self.notify(f"injecting the GPU agent into PID {pid}: see the GPU line")
+
+        self.push_screen(ConfirmScreen(
+            f"Inject rlscope-top's GPU agent into PID {pid} with ptrace? The process pauses for a moment while "
+            "the agent loads; CUPTI then times its kernels while rlscope-top is attached, and the agent stays "
+            "loaded, idle, after you quit."), answered)
 
 
 __all__ = ["RlscopeApp", "LABELS", "stacked_bar", "spark"]

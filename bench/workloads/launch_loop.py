@@ -5,7 +5,10 @@ loop runs on the CPU, which measures only the launch-mode path without CUPTI rec
 Prints one JSON line: {"device", "seconds", "steps", "ops"}; with --torch-profiler the
 loop runs under torch.profiler (CPU, and CUDA activities where there is a GPU).
 
-usage: launch_loop.py STEPS [--torch-profiler]
+With --forever it runs until SIGTERM/SIGINT and prints a JSON line every second:
+{"t": monotonic s, "steps": steps so far} (for attach/detach speed checks).
+
+usage: launch_loop.py STEPS [--torch-profiler] | launch_loop.py --forever
 """
 
 import json
@@ -14,7 +17,9 @@ import time
 
 import torch
 
-steps = int(sys.argv[1])
+forever = "--forever" in sys.argv
+steps = 0 if forever else int(sys.argv[1])
+WARMUP = 20
 profiler = "--torch-profiler" in sys.argv
 dev = "cuda" if torch.cuda.is_available() else "cpu"
 torch.manual_seed(0)
@@ -32,10 +37,29 @@ def step():
     return loss
 
 
-for _ in range(20):        # warm-up (CUDA context, allocator, kernels loaded)
-    step()
+loss = None
+for _ in range(WARMUP):    # warm-up (CUDA context, allocator, kernels loaded)
+    loss = step()
 if dev == "cuda":
     torch.cuda.synchronize()
+if forever:
+    import signal
+
+    signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
+    n, last = 0, time.monotonic()
+    print("ready", flush=True)
+    try:
+        while True:
+            loss = step()
+            n += 1
+            if n % 50 == 0:
+                loss.item()
+                now = time.monotonic()
+                if now - last >= 1.0:
+                    last = now
+                    print(json.dumps({"t": now, "steps": n}), flush=True)
+    except KeyboardInterrupt:
+        sys.exit(0)
 ctx = None
 if profiler:
     acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if dev == "cuda" else [])
@@ -44,11 +68,12 @@ if profiler:
 t0 = time.perf_counter()
 for _ in range(steps):
     loss = step()
-loss.item()                # one sync at the end, as a training loop logs
+loss.item()                # one sync at the end, as a training loop logs (0 steps: the warm-up's)
 seconds = time.perf_counter() - t0
 kernels = None
 if ctx is not None:
     ctx.__exit__(None, None, None)
     if dev == "cuda":
         kernels = sum(1 for e in ctx.events() if e.device_type == torch.autograd.DeviceType.CUDA)
-print(json.dumps({"device": dev, "seconds": seconds, "steps": steps, "profiler_kernels": kernels}), flush=True)
+print(json.dumps({"device": dev, "seconds": seconds, "steps": steps, "warmup_steps": WARMUP,
+                  "profiler_kernels": kernels}), flush=True)

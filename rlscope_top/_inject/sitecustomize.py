@@ -1,36 +1,61 @@
-"""Injected by rlscope-top (``rlscope-top run``, or ``RLSCOPE_GPU_ACTIVITY=1``).
+"""Put first on PYTHONPATH by rlscope-top (``rlscope-top run``, or ``RLSCOPE_GPU_ACTIVITY=1``).
 
-Python imports the first ``sitecustomize`` on its path at start-up; rlscope-top puts
-this directory first on PYTHONPATH. It loads the GPU activity agent beside it, then
-imports the ``sitecustomize`` that would have run without us, so nothing changes for
-the program. It never raises: a failure here must not stop the user's program.
+Python imports the first ``sitecustomize`` on its path at start-up. This one:
+
+- ``rlscope-top run`` (``RLSCOPE_LAUNCH_SOCKET`` set): says hello to the monitor with its
+  PID and waits until the monitor has attached its eBPF probes, so nothing the program
+  does is missed. Kernel timing comes from the GPU agent, which the CUDA driver loads
+  itself (``CUDA_INJECTION64_PATH``).
+- ``RLSCOPE_GPU_ACTIVITY=1``: loads the GPU agent (``RLSCOPE_GPU_AGENT``), idle until a
+  monitor attaches.
+
+Then it imports the ``sitecustomize`` that would have run without it, so nothing else
+changes for the program. Standard library only; it never raises.
 """
 
 import importlib
+import json
 import os
+import socket
 import sys
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
+HOLD_TIMEOUT_S = 60.0       # run anyway if the monitor never says start
 
 
-def _agent():
-    sys.path.insert(0, _HERE)
+def _hold(path: str) -> None:
+    """Hello, then block until the monitor says start (or goes away)."""
     try:
-        import rlscope_gpu_agent  # noqa: PLC0415
-    finally:
-        sys.path.remove(_HERE)
-    return rlscope_gpu_agent
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        conn.settimeout(HOLD_TIMEOUT_S)
+        conn.connect(path)
+        conn.sendall(json.dumps({"t": "hello", "pid": os.getpid(), "python": sys.version.split()[0]}).encode() + b"\n")
+        buf = b""
+        while b"\n" not in buf:
+            chunk = conn.recv(4096)
+            if not chunk:
+                break
+            buf += chunk
+        conn.close()
+    except OSError:
+        pass                         # the monitor is gone: run unmonitored
+
+
+def _agent(path: str) -> None:
+    import ctypes  # noqa: PLC0415
+
+    ctypes.CDLL(path)
 
 
 def _start() -> None:
     try:
-        a = _agent()
-        if os.environ.get(a.ENV_MONITOR):
-            a.launch_hook()          # holds until the monitor has attached its probes
-        elif os.environ.get(a.ENV_ACTIVITY) == "1":
-            a.listen()
+        if os.environ.get("RLSCOPE_LAUNCH_SOCKET"):
+            path = os.environ.pop("RLSCOPE_LAUNCH_SOCKET")       # children of the program are not held
+            _hold(path)
+        elif os.environ.get("RLSCOPE_GPU_ACTIVITY") == "1" and os.environ.get("RLSCOPE_GPU_AGENT"):
+            _agent(os.environ["RLSCOPE_GPU_AGENT"])
     except Exception as e:  # never break the program being profiled
-        print(f"rlscope-top: GPU activity agent not started: {e}", file=sys.stderr)
+        print(f"rlscope-top: not started: {e}", file=sys.stderr)
 
 
 def _chain() -> None:
@@ -50,5 +75,5 @@ def _chain() -> None:
             sys.modules["sitecustomize"] = mine
 
 
-_chain()   # first: it may set up the paths cupti is imported from
+_chain()   # first: it may set up paths the program relies on
 _start()

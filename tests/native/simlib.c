@@ -1,4 +1,5 @@
 /* A tiny native "simulator" for known-split tests: spins for exactly the time asked. */
+#define _GNU_SOURCE   /* pthread_setname_np */
 #include <time.h>
 #include <unistd.h>
 
@@ -24,3 +25,32 @@ void sim_die(double seconds) {
     sim_step(seconds);
     _exit(3);
 }
+
+/* A native worker thread that never runs Python: it steps the simulator for `seconds`
+ * (as envpool's C++ workers do). Returns 0 when the thread started. */
+#include <pthread.h>
+
+static double worker_seconds, worker_step;
+static volatile int worker_done;
+
+static void *sim_worker(void *arg) {
+    (void)arg;
+    double t0 = now();
+    while (now() - t0 < worker_seconds)
+        sim_step(worker_step);
+    worker_done = 1;
+    return 0;
+}
+
+int sim_spawn(double seconds, double step_seconds) {
+    pthread_t t;
+    worker_seconds = seconds;
+    worker_step = step_seconds;
+    worker_done = 0;
+    if (pthread_create(&t, 0, sim_worker, 0) != 0)
+        return -1;
+    pthread_setname_np(t, "sim-worker");
+    return pthread_detach(t);
+}
+
+int sim_worker_done(void) { return worker_done; }

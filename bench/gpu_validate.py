@@ -1,0 +1,238 @@
+"""Every GPU check of the GPU agent in one command, for a session lent a GPU machine
+(docs/gpu-validation.md says how to carry bcc and the agent there). Writes one JSON file.
+
+Checks (each one's result, or why it could not run, lands in the JSON):
+  versions    driver, GPU, torch/CUDA, Python, the CUPTI the agent loaded
+  counts      bench/workloads/launch_loop.py under `run`: kernels against torch.profiler's
+              count of the same loop plus the warm-up's (run with 0 steps)
+  speed       launch_loop and SB3 PPO on CUDA (8192 steps): plain, `run` (default budget and
+              --max-overhead 100), torch.profiler; the self-reported overhead next to it
+  attach      a plainly started launch loop: `attach --gpu-activity` three times (8 s on, 4 s
+              off): steps/s before, while attached, after; kernels per step while traced;
+              what the first second after enabling missed
+  native      a CUDA C program (nvcc, when the machine has it): kernels under `run` and
+              with `attach --gpu-activity`
+
+usage: sudo python bench/gpu_validate.py --out /path/result.json [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+PY = sys.executable
+RLS = [PY, "-m", "rlscope_top.cli"]
+LOOP = os.path.join(HERE, "workloads", "launch_loop.py")
+SB3 = os.path.join(HERE, "workloads", "sb3_train.py")
+NATIVE_CU = r"""
+#include <cstdio>
+#include <cstdlib>
+#include <unistd.h>
+__global__ void tiny(float *x) { x[threadIdx.x] += 1.0f; }
+int main(int argc, char **argv) {
+    int n = atoi(argv[1]); float *x; cudaMalloc(&x, 1024 * sizeof(float));
+    for (int rep = 0; n == 0 || rep < 1; rep++) {          // n == 0: forever (for attach)
+        int k = n ? n : 1000;
+        for (int i = 0; i < k; i++) tiny<<<1, 256>>>(x);
+        cudaDeviceSynchronize();
+        if (!n) { printf("launched %d\n", (rep + 1) * k); fflush(stdout); usleep(100000); }
+    }
+    printf("made %d kernels\n", n); return 0;
+}
+"""
+
+
+def sh(cmd: list[str], timeout: float = 600, **kw) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw)
+    except FileNotFoundError as e:
+        return subprocess.CompletedProcess(cmd, 127, "", str(e))
+
+
+def last_json(text: str) -> dict:
+    return json.loads([ln for ln in text.splitlines() if ln.startswith("{")][-1])
+
+
+def summary_of(path: str) -> dict:
+    with open(path) as f:
+        return json.load(f)
+
+
+def versions() -> dict:
+    smi = sh(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"], 30)
+    tv = sh([PY, "-c", "import torch; print(torch.__version__, torch.version.cuda, torch.cuda.is_available())"], 120)
+    return {"gpu": smi.stdout.strip() or smi.stderr.strip()[:200], "torch": tv.stdout.strip(),
+            "python": platform.python_version(), "kernel": platform.release()}
+
+
+def run_loop(tmp: str, steps: int, *opts: str) -> tuple[dict, dict]:
+    """launch_loop under `run`: (its own JSON line, the summary)."""
+    s = os.path.join(tmp, f"run-{time.monotonic_ns()}.json")
+    p = sh([*RLS, "run", "--headless", "-q", "--summary", s, *opts, "--", PY, LOOP, str(steps)], cwd=tmp)
+    if p.returncode:
+        raise RuntimeError(f"run: {p.stderr[-600:]}")
+    return last_json(p.stdout), summary_of(s)
+
+
+def counts(tmp: str, steps: int) -> dict:
+    _, warm = run_loop(tmp, 0, "--max-overhead", "100")
+    out, full = run_loop(tmp, steps, "--max-overhead", "100")
+    prof = last_json(sh([PY, LOOP, str(steps), "--torch-profiler"], cwd=tmp).stdout)
+    expected = (prof["profiler_kernels"] or 0) + warm["gpu"]["kernels"]
+    g = full["gpu"]
+    return {"warmup_kernels": warm["gpu"]["kernels"], "profiler_kernels_in_window": prof["profiler_kernels"],
+            "expected": expected, "counted": g["kernels"], "exact": g["kernels"] == expected,
+            "complete": g["complete"], "lost": g["lost"], "mode": g["mode"], "joined": full["operations"]["<all>"]
+            ["gpu"]["joined"], "agent": g["agent"], "seconds_under_run": out["seconds"]}
+
+
+def speed_loop(tmp: str, steps: int, reps: int) -> dict:
+    res: dict[str, list[float]] = {"plain": [], "run": [], "run_full": [], "torch.profiler": []}
+    reported = []
+    for _ in range(reps):
+        res["plain"].append(last_json(sh([PY, LOOP, str(steps)], cwd=tmp).stdout)["seconds"])
+        out, s = run_loop(tmp, steps)
+        res["run"].append(out["seconds"])
+        reported.append(s["overhead"]["estimated_pct"])
+        res["run_full"].append(run_loop(tmp, steps, "--max-overhead", "100")[0]["seconds"])
+        res["torch.profiler"].append(last_json(sh([PY, LOOP, str(steps), "--torch-profiler"], cwd=tmp).stdout)["seconds"])
+    med = {k: statistics.median(v) for k, v in res.items()}
+    return {"median_s": med, "ratio": {k: round(v / med["plain"], 3) for k, v in med.items()},
+            "self_report_pct": reported, "runs": res}
+
+
+def speed_ppo(tmp: str, steps: int) -> dict:
+    out = {}
+    for mode in ("plain", "run", "torch.profiler"):
+        cmd = [PY, SB3, "ppo", "CartPole-v1", str(steps), "--device", "cuda"]
+        if mode == "torch.profiler":
+            cmd.append("--torch-profiler")
+        s = os.path.join(tmp, f"ppo-{mode}.json")
+        if mode == "run":
+            cmd = [*RLS, "run", "--headless", "-q", "--summary", s, "--", *cmd]
+        try:
+            p = subprocess.run(cmd, input="go\n", capture_output=True, text=True, timeout=240, cwd=tmp)
+            line = [ln for ln in p.stdout.splitlines() if ln.startswith("time ")][-1]
+            out[mode] = {"learn_s": float(line.split()[1])}
+            if mode == "run":
+                sm = summary_of(s)
+                out[mode].update(kernels=sm["gpu"]["kernels"], mode=sm["gpu"]["mode"],
+                                 self_report_pct=sm["overhead"]["estimated_pct"], complete=sm["gpu"]["complete"])
+        except (subprocess.TimeoutExpired, IndexError) as e:
+            out[mode] = {"error": f"{type(e).__name__}: did not finish in 240 s"}
+    if "learn_s" in out.get("plain", {}):
+        for m in ("run", "torch.profiler"):
+            if "learn_s" in out.get(m, {}):
+                out[m]["ratio"] = round(out[m]["learn_s"] / out["plain"]["learn_s"], 3)
+    return out
+
+
+def _rate(lines: list[dict], t0: float, t1: float) -> float | None:
+    pts = [x for x in lines if t0 <= x["t"] <= t1]
+    if len(pts) < 2:
+        return None
+    return (pts[-1]["steps"] - pts[0]["steps"]) / (pts[-1]["t"] - pts[0]["t"])
+
+
+def attach_cycles(tmp: str, cycles: int = 3) -> dict:
+    loop = subprocess.Popen([PY, LOOP, "--forever"], stdout=subprocess.PIPE, text=True, cwd=tmp)
+    lines: list[dict] = []
+    loop.stdout.readline()
+
+    def read_for(sec: float) -> None:
+        end = time.monotonic() + sec
+        while time.monotonic() < end:
+            ln = loop.stdout.readline()
+            if ln.startswith("{"):
+                lines.append(json.loads(ln))
+
+    out = {"cycles": []}
+    try:
+        read_for(6)
+        before = _rate(lines, lines[0]["t"], lines[-1]["t"])
+        for c in range(cycles):
+            s = os.path.join(tmp, f"attach-{c}.json")
+            m = subprocess.Popen([*RLS, "attach", str(loop.pid), "--gpu-activity", "--headless", "--duration", "8",
+                                  "--summary", s], stderr=subprocess.PIPE, text=True, cwd=tmp)
+            t_on = time.monotonic()
+            read_for(10)
+            m.wait(timeout=120)
+            t_off = time.monotonic()
+            sm = summary_of(s)
+            read_for(4)
+            out["cycles"].append({"rate_attached": _rate(lines, t_on + 2, t_off - 1), "kernels": sm["gpu"]["kernels"],
+                                  "mode": sm["gpu"]["mode"], "notice": sm["gpu"]["notice"],
+                                  "self_report_pct": sm["overhead"]["estimated_pct"], "complete": sm["gpu"]["complete"],
+                                  "stderr": m.stderr.read()[-400:]})
+        after = _rate(lines, lines[-1]["t"] - 4, lines[-1]["t"])
+        out.update(rate_before=before, rate_after=after, after_over_before=round(after / before, 3) if before else None,
+                   attached_over_before=[round(x["rate_attached"] / before, 3) if before and x["rate_attached"] else None
+                                         for x in out["cycles"]], survived=loop.poll() is None)
+    finally:
+        loop.send_signal(signal.SIGTERM)
+        loop.wait(timeout=30)
+    return out
+
+
+def native(tmp: str) -> dict:
+    if not sh(["sh", "-c", "command -v nvcc"]).stdout.strip():
+        return {"skipped": "no nvcc on this machine"}
+    src, exe = os.path.join(tmp, "tiny.cu"), os.path.join(tmp, "tiny")
+    with open(src, "w") as f:
+        f.write(NATIVE_CU)
+    c = sh(["nvcc", "-O2", "-o", exe, src], 300)
+    if c.returncode:
+        return {"skipped": f"nvcc failed: {c.stderr[-300:]}"}
+    s = os.path.join(tmp, "native.json")
+    p = sh([*RLS, "run", "--headless", "-q", "--max-overhead", "100", "--summary", s, "--", exe, "1009"], cwd=tmp)
+    res = {"run_rc": p.returncode, "run_kernels": summary_of(s)["gpu"]["kernels"] if os.path.exists(s) else None}
+    prog = subprocess.Popen([exe, "0"], stdout=subprocess.PIPE, text=True)
+    try:
+        prog.stdout.readline()
+        s2 = os.path.join(tmp, "native-attach.json")
+        a = sh([*RLS, "attach", str(prog.pid), "--gpu-activity", "--headless", "--duration", "5",
+                "--max-overhead", "100", "--summary", s2], 120, cwd=tmp)
+        res.update(attach_rc=a.returncode, attach_kernels=summary_of(s2)["gpu"]["kernels"] if os.path.exists(s2)
+                   else None, attach_stderr=a.stderr[-400:])
+    finally:
+        prog.kill()
+        prog.wait()
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--quick", action="store_true", help="fewer steps and repetitions")
+    a = ap.parse_args()
+    steps, reps, ppo = (300, 1, 2048) if a.quick else (2000, 3, 8192)
+    result: dict = {}
+    checks = [("versions", versions), ("counts", lambda t: counts(t, steps)),
+              ("speed_launch_loop", lambda t: speed_loop(t, steps, reps)), ("attach", attach_cycles),
+              ("native", native), ("speed_ppo", lambda t: speed_ppo(t, ppo))]
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, fn in checks:
+            t = time.monotonic()
+            try:
+                result[name] = fn() if name == "versions" else fn(tmp)
+            except Exception as e:  # noqa: BLE001 - one failed check must not lose the others
+                result[name] = {"error": f"{type(e).__name__}: {e}"[:800]}
+            result[name + "_s"] = round(time.monotonic() - t, 1)
+            with open(a.out, "w") as f:
+                json.dump(result, f, indent=2)
+            print(name, json.dumps(result[name])[:400], flush=True)
+
+
+if __name__ == "__main__":
+    main()

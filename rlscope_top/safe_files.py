@@ -1,0 +1,88 @@
+"""Files written by root next to other users' processes: never through a symlink.
+
+Every path rlscope-top creates (summaries, rings, calibration) goes through here. A new
+file is made with O_EXCL|O_NOFOLLOW under a random name in the target's directory, then
+renamed into place; rename replaces a planted symlink instead of writing through it.
+Private directories are checked with lstat: a real directory, ours, mode 0700.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import tempfile
+
+from .errors import UnsafePath
+
+FILE_MODE = 0o600
+DIR_MODE = 0o700
+
+
+def private_dir(path: str) -> str:
+    """Create ``path`` (0700) or check that it is a real directory we own that only we use.
+
+    Raises:
+        UnsafePath: a symlink, a non-directory, another owner, or a group/world bit set.
+    """
+    try:
+        os.mkdir(path, DIR_MODE)
+    except FileExistsError:
+        pass
+    except FileNotFoundError:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        return private_dir(path)
+    st = os.lstat(path)
+    why = _dir_problem(st)
+    if why:
+        raise UnsafePath(f"{path} {why}; refusing to use it",
+                         hint=f"remove it (`sudo rm -rf {path}`); rlscope-top recreates it, private")
+    return path
+
+
+def _dir_problem(st: os.stat_result) -> str | None:
+    if stat.S_ISLNK(st.st_mode):
+        return "is a symlink"
+    if not stat.S_ISDIR(st.st_mode):
+        return "is not a directory"
+    if st.st_uid != os.geteuid():
+        return f"belongs to uid {st.st_uid}, not to us (uid {os.geteuid()})"
+    if st.st_mode & 0o077:
+        return f"has mode {stat.S_IMODE(st.st_mode):o}, not 700"
+    return None
+
+
+def create_exclusive(path: str, mode: int = FILE_MODE) -> int:
+    """Open a new file at ``path`` for read/write; an existing name (file or symlink) fails.
+
+    Raises:
+        FileExistsError: the name is taken (a symlink included).
+    """
+    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+
+
+def write_atomic(path: str, data: bytes | str, mode: int = FILE_MODE) -> None:
+    """Write ``data`` to ``path`` through a random temp name in the same directory.
+
+    A crash leaves the old file or the new one, never half of one; a symlink at ``path`` is
+    replaced, never followed.
+    """
+    raw = data.encode() if isinstance(data, str) else data
+    d = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "wb") as f:
+            f.write(raw)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        _unlink_quietly(tmp)
+        raise
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass

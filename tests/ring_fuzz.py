@@ -1,0 +1,86 @@
+"""Seeded fuzzing of the ring reader: hostile or broken files give RingError, nothing else.
+
+Cases start from a real ring (written by RingWriter, lapped so head and tail are not 0)
+and are: random bytes, truncations, byte flips in the header and the data, and header
+fields (capacity, head, tail, seq, version) set to extremes. Shared by the suite
+(tests/test_safe_files.py) and the larger run in bench/fuzz_ring.py.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import struct
+
+from rlscope_top import records as R
+from rlscope_top.ring import HEADER_SIZE, RingError, RingReader, RingWriter
+
+_FIELDS = {"version": (8, "<I"), "capacity": (16, "<Q"), "head": (24, "<Q"), "tail": (32, "<Q"),
+           "seq": (40, "<Q"), "flags": (52, "<I")}
+_EXTREMES = [0, 1, 7, 8, 4095, 4096, 2**31, 2**32 - 1, 2**63, 2**64 - 1]
+
+
+def base_ring(path: str) -> bytes:
+    """A lapped 8 KiB ring of varied records, as bytes."""
+    w = RingWriter(path, capacity=8192)
+    for i in range(200):
+        w.write(R.note(i, "info", "x" * (i % 97)))
+    w.close()
+    with open(path, "rb") as f:
+        data = f.read()
+    os.unlink(path)
+    return data
+
+
+def mutate(rng: random.Random, base: bytes) -> bytes:
+    """One hostile variant of ``base``."""
+    kind = rng.randrange(5)
+    b = bytearray(base)
+    if kind == 0:
+        return rng.randbytes(rng.choice([0, 8, HEADER_SIZE - 1, HEADER_SIZE, HEADER_SIZE + 64, len(base)]))
+    if kind == 1:
+        return bytes(b[:rng.randrange(len(b))])
+    if kind == 2:
+        for _ in range(rng.randrange(1, 16)):
+            i = rng.randrange(64) if rng.random() < 0.5 else rng.randrange(HEADER_SIZE, len(b))
+            b[i] = rng.randrange(256)
+        return bytes(b)
+    off, fmt = _FIELDS[rng.choice(list(_FIELDS))]
+    v = rng.choice(_EXTREMES) if kind == 3 else rng.randrange(2 ** (8 * struct.calcsize(fmt)))
+    struct.pack_into(fmt, b, off, v % 2 ** (8 * struct.calcsize(fmt)))
+    return bytes(b)
+
+
+def fuzz(path: str, cases: int, seed: int) -> dict:
+    """Run ``cases`` variants through RingReader. Returns counts and the first untyped errors."""
+    rng = random.Random(seed)
+    base = base_ring(path)
+    out = {"cases": cases, "typed": 0, "read": 0, "untyped": 0, "examples": []}
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        for _ in range(cases):
+            data = mutate(rng, base)
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, data, 0)
+            _one(path, out, data)
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    return out
+
+
+def _one(path: str, out: dict, data: bytes) -> None:
+    try:
+        r = RingReader(path)
+        try:
+            for _ in range(3):
+                r.poll(limit=1000)
+        finally:
+            r.close()
+        out["read"] += 1
+    except RingError:
+        out["typed"] += 1
+    except Exception as e:  # noqa: BLE001 - what the fuzzer looks for
+        out["untyped"] += 1
+        if len(out["examples"]) < 5:
+            out["examples"].append(f"{type(e).__name__}: {e} (header {data[:64].hex()})")

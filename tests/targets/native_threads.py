@@ -1,0 +1,54 @@
+"""Threads that are not Python, and a Python thread that waits for them or for a CPU.
+
+Modes (after the go file appears, for SECONDS, then the done file):
+- sim: a native thread the simulator library starts (never runs Python) steps the
+  simulator; the Python thread sleeps until it is done (waiting, not Python);
+- torch: large matmuls on 2 intra-op threads (torch's own pool: native, in libtorch);
+- contended: pure Python spinning (the test pins it to one CPU beside a busy loop);
+- churn: 1009 short Python threads, one after another, each one sim_step of 20 us
+  (SECONDS is ignored).
+
+Usage: native_threads.py MODE SIMLIB GO DONE SECONDS
+"""
+
+import ctypes
+import os
+import sys
+import time
+
+from common import load_simlib, ready, touch, wait_for
+
+mode, simlib, go, done, seconds = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], float(sys.argv[5])
+lib = load_simlib(simlib)
+lib.sim_spawn.argtypes, lib.sim_spawn.restype = [ctypes.c_double, ctypes.c_double], ctypes.c_int
+if mode == "torch":
+    import torch
+
+    torch.set_num_threads(2)
+    a = torch.randn(384, 384)
+    (a @ a).sum()                          # the pool's threads exist before the monitor attaches
+ready()
+wait_for(go)
+end = time.monotonic() + seconds
+if mode == "sim":
+    assert lib.sim_spawn(seconds, 20e-6) == 0
+    while not lib.sim_worker_done():
+        time.sleep(0.01)
+elif mode == "torch":
+    while time.monotonic() < end:
+        (a @ a).sum()
+elif mode == "contended":
+    x = 0
+    while time.monotonic() < end:
+        x += 1
+elif mode == "churn":
+    import threading
+
+    lib.sim_step.argtypes, lib.sim_step.restype = [ctypes.c_double], ctypes.c_double
+    for _ in range(1009):
+        t = threading.Thread(target=lib.sim_step, args=(20e-6,))
+        t.start()
+        t.join()
+touch(done)
+while True:
+    time.sleep(0.05)

@@ -1,0 +1,122 @@
+"""Known answer for non-stationary programs: a phased collect/update trainer.
+
+Phases alternate, like an RL loop: a fixed number of env steps, then a fixed number of
+updates, each sized at start to last about --phase-s (0.15 s by default) unprobed:
+- collect(): per env step, some pure Python, one ~20 us native simulator call
+  (tests/native/simlib.c through ctypes) and a few tiny torch ops (policy inference);
+- update(): tiny torch ops only (a small network's forward/backward-like op mix).
+Every Python, simulator and torch interval is logged with CLOCK_MONOTONIC bounds, so the
+ground truth can be cut to any window (tests/truth.py). The log is dumped when the stop
+file appears (or on SIGTERM). The phase functions have plain names, so operation rules
+(`--op collect=collect --op update=update`) can find them in the stacks.
+
+usage: phased_trainer.py SIMLIB TRUTH [--phase-s S] [--sim-us US] [--py-iters N]
+                          [--infer-ops N] [--update-ops N] [--op-size N] [--stop FILE]
+"""
+
+import argparse
+import json
+import os
+import signal
+import threading
+import time
+
+from common import load_simlib, timer_cost
+
+import torch
+
+ap = argparse.ArgumentParser()
+ap.add_argument("simlib")
+ap.add_argument("truth")
+ap.add_argument("--phase-s", type=float, default=0.15)
+ap.add_argument("--sim-us", type=float, default=20)
+ap.add_argument("--py-iters", type=int, default=60)
+ap.add_argument("--infer-ops", type=int, default=3)
+ap.add_argument("--update-ops", type=int, default=12)
+ap.add_argument("--op-size", type=int, default=8)
+ap.add_argument("--stop", default=None, help="dump and exit when this file appears")
+args = ap.parse_args()
+
+lib = load_simlib(args.simlib)
+torch.set_num_threads(1)
+mono = time.monotonic_ns
+log: list = []
+tid = threading.get_native_id()
+a = torch.randn(args.op_size, args.op_size)
+w = torch.randn(args.op_size, args.op_size)
+done = threading.Event()
+
+
+def python_work(n: int) -> int:
+    x = 0
+    for i in range(n):
+        x += i * i
+    return x
+
+
+def torch_op(k: int):
+    t0 = mono()
+    r = torch.mm(a, w) if k % 3 else torch.add(a, w)
+    t1 = mono()
+    log.append(("backend", tid, t0, t1))
+    return r
+
+
+def collect_step() -> None:
+    t0 = mono(); python_work(args.py_iters); t1 = mono()
+    log.append(("python", tid, t0, t1))
+    t0 = mono(); lib.sim_step(args.sim_us / 1e6); t1 = mono()
+    log.append(("simulator", tid, t0, t1))
+    for k in range(args.infer_ops):
+        torch_op(k)
+
+
+def update_step() -> None:
+    for k in range(args.update_ops):
+        torch_op(k)
+
+
+def collect(n: int) -> None:
+    for _ in range(n):
+        collect_step()
+
+
+def update(n: int) -> None:
+    for _ in range(n):
+        update_step()
+
+
+def steps_in(step, seconds: float) -> int:
+    """How many steps fit in ``seconds`` now (unprobed, before the monitor starts)."""
+    n, end = 0, time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        step()
+        n += 1
+    return n
+
+
+TIMER_NS = timer_cost()
+
+
+def dump(*_):
+    done.set()
+    items = list(log) + [("timer_ns", 0, TIMER_NS, 0)]
+    with open(args.truth + ".tmp", "w") as f:
+        json.dump(items, f)
+    os.replace(args.truth + ".tmp", args.truth)
+    os._exit(0)
+
+
+signal.signal(signal.SIGTERM, dump)
+# Phases are fixed work, as in an RL loop (N env steps, then M updates), sized once so that
+# each lasts about --phase-s unprobed. A probed run then does the same work mix, slower, and
+# its corrected shares can be held to the unprobed ones.
+steps_in(collect_step, 0.1), steps_in(update_step, 0.1)      # warm up
+N_COLLECT, N_UPDATE = steps_in(collect_step, args.phase_s), steps_in(update_step, args.phase_s)
+log.clear()
+print(f"ready {os.getpid()}", flush=True)
+while True:
+    collect(N_COLLECT)
+    update(N_UPDATE)
+    if args.stop and os.path.exists(args.stop):
+        dump()

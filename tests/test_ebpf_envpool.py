@@ -1,0 +1,72 @@
+"""envpool's statically linked MuJoCo, probed with no --sim-lib (real envpool, real eBPF).
+
+`import envpool` maps five libraries that each carry a copy of MuJoCo; only the one the
+env steps (mujoco_gym_envpool.so for HalfCheetah) may take probes. envpool steps MuJoCo
+on its own C++ worker threads, so the Simulator time lands on those threads.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import time
+
+import pytest
+
+from conftest import load_summary, stop
+
+pytestmark = pytest.mark.ebpf
+
+STEPS = 200
+
+
+@pytest.fixture
+def envpool_installed():
+    if importlib.util.find_spec("envpool") is None:
+        pytest.skip("envpool not installed (pip install -e '.[test]')")
+
+
+def _session(target, monitor, tmp_path) -> dict:
+    go, done = tmp_path / "go", tmp_path / "done"
+    t = target("envpool_mujoco.py", "HalfCheetah-v5", STEPS, go, done)
+    m, summary = monitor(t.pid, "--max-overhead", "100")
+    m.wait_line("probes for mujoco (mujoco_gym_envpool.so)", stream="stderr", timeout=5)
+    go.touch()
+    _wait(done)
+    time.sleep(0.5)
+    assert stop(m) == 0, m.stderr_text
+    return load_summary(summary)
+
+
+def test_envpool_mujoco_counts_as_simulator_without_sim_lib(ebpf, envpool_installed, target, monitor, tmp_path):
+    s = _session(target, monitor, tmp_path)
+    libs = s["probes"]["attached"]["mujoco"]["libs"]
+    assert [os.path.basename(p) for p in libs] == ["mujoco_gym_envpool.so"], libs   # not the four unused copies
+    assert s["probes"]["attached"]["mujoco"]["probes"] == 10
+    # HalfCheetah: frame_skip 5, 2 envs, no episode ends within STEPS: every mj_step is seen
+    assert s["probes"]["hits"]["mj_step"] == 2 * 5 * STEPS
+    workers = {r["tid"] for r in s["threads"] if not r["python_thread"]}
+    sim = {r["tid"]: r["simulator_s"] for r in s["threads"] if r["simulator_s"]}
+    assert len(sim) == 2 and set(sim) <= workers, s["threads"]     # envpool's two C++ threads run MuJoCo
+    assert all(r["simulator_s"] <= r["on_cpu_s"] + r["off_cpu_s"] for r in s["threads"])
+    # totals sum Python threads only (today): their Simulator time is the main thread's
+    # time inside envpool's step, named `simulation` by the built-in operation rule
+    assert s["totals"]["simulator_s"] > 0
+    assert s["operations"]["simulation"]["source"] == "sampled"
+
+
+def test_envpool_worker_thread_calls_reach_the_totals(ebpf, envpool_installed, target, monitor, tmp_path):
+    """Calls are counted over the whole job (the worker threads'), and the worker threads' MuJoCo
+    time is in the job's CPU view; the Python thread's wait for them is waiting, not Python."""
+    s = _session(target, monitor, tmp_path)
+    assert s["calls"]["simulator"] >= 2 * 5 * STEPS
+    assert s["job"]["cpu_s"]["simulator"] > 0
+    workers = [r for r in s["threads"] if not r["python_thread"]]
+    assert workers and all(r["python_s"] is None for r in workers)
+
+
+def _wait(path, timeout=60.0):
+    end = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < end, f"{path} never appeared"
+        time.sleep(0.02)

@@ -1,0 +1,203 @@
+"""Hostile machines and bad input (issue 20): no symlink is followed, private directories
+are checked, broken rings and summaries give typed errors, stale rings are swept, exited
+threads keep the counters record bounded."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import random
+import stat
+import subprocess
+import sys
+
+import pytest
+from rich.console import Console
+
+from ring_fuzz import fuzz
+from rlscope_top import compare
+from rlscope_top import errors as E
+from rlscope_top import records as R
+from rlscope_top import summary as S
+from rlscope_top.ring import RingError, RingReader, RingWriter, sweep_stale
+from rlscope_top.safe_files import private_dir, write_atomic
+from rlscope_top.thread_fold import FOLD_TID, ExitedThreads, add_counts, fold_all
+from test_cli_errors import assert_clean_error, run_cli
+
+
+def test_summary_replaces_a_planted_symlink_and_never_writes_through_it(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    path = tmp_path / "s.json"
+    path.symlink_to(victim)
+    for pid in range(os.getpid() - 2, os.getpid() + 3):         # the old fixed temp names, too
+        (tmp_path / f"s.json.tmp-{pid}").symlink_to(victim)
+    S.write({"schema": "x"}, str(path))
+    assert victim.read_text() == "precious\n"
+    st = os.lstat(path)
+    assert stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o600
+    assert json.loads(path.read_text()) == {"schema": "x"}
+
+
+def test_write_atomic_leaves_no_temp_file_when_it_fails(tmp_path):
+    with pytest.raises(TypeError):
+        write_atomic(str(tmp_path / "a"), 12345)          # not bytes: fails after the temp file exists
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("how", ["symlink", "foreign", "mode", "file"])
+def test_private_dir_refuses_what_is_not_ours(tmp_path, how):
+    d = tmp_path / "priv"
+    if how == "symlink":
+        (tmp_path / "elsewhere").mkdir(mode=0o700)
+        d.symlink_to(tmp_path / "elsewhere")
+    elif how == "foreign":
+        d.mkdir(mode=0o700)
+        os.chown(d, 65534, 65534)
+    elif how == "mode":
+        d.mkdir()
+        os.chmod(d, 0o755)
+    else:
+        d.write_text("")
+    with pytest.raises(E.UnsafePath) as e:
+        private_dir(str(d))
+    assert e.value.hint and e.value.code == E.EXIT_USAGE
+
+
+def test_private_dir_is_created_0700(tmp_path):
+    d = tmp_path / "a" / "b"
+    private_dir(str(d))
+    assert stat.S_IMODE(os.lstat(d).st_mode) == 0o700
+
+
+@pytest.mark.parametrize("planted", ["file", "symlink"])
+def test_a_ring_is_always_a_new_file(tmp_path, planted):
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    p = tmp_path / "ring.bin"
+    p.write_text("") if planted == "file" else p.symlink_to(victim)
+    with pytest.raises(RingError, match="already exists"):
+        RingWriter(str(p))
+    assert victim.read_text() == "precious\n"
+
+
+def test_a_ring_left_by_a_killed_monitor_is_swept_and_a_kept_one_stays(tmp_path):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    left = RingWriter(str(tmp_path / "ring-1-x-1.bin"))
+    left._mm[48:52] = dead.pid.to_bytes(4, "little")        # as if that (now gone) monitor wrote it
+    kept = RingWriter(str(tmp_path / "ring-2-x-2.bin"))
+    kept._mm[48:52] = dead.pid.to_bytes(4, "little")
+    kept.close()                                            # --keep-ring: closed on purpose
+    live = RingWriter(str(tmp_path / "ring-3-x-3.bin"))     # ours, still open
+    assert sweep_stale(str(tmp_path)) == [left.path]
+    assert sorted(os.listdir(tmp_path)) == ["ring-2-x-2.bin", "ring-3-x-3.bin"]
+    live.close(remove=True)
+
+
+def test_ring_reader_fuzz_gives_only_typed_errors(tmp_path):
+    """100,003 hostile variants of a real lapped ring (seeded): RingError or a clean read."""
+    out = fuzz(str(tmp_path / "f.bin"), 100_003, seed=23)
+    assert out["untyped"] == 0, out["examples"]
+    assert out["typed"] > 50_000 and out["read"] > 1000     # the cases reach both outcomes
+
+
+def test_a_huge_head_is_refused_at_once(tmp_path):
+    w = RingWriter(str(tmp_path / "r.bin"))
+    w.write(R.note(1, "info", "x"))
+    w._mm[24:32] = (2**31).to_bytes(8, "little")
+    with pytest.raises(RingError, match="corrupt"):
+        RingReader(w.path)
+
+
+def _summary_doc() -> dict:
+    return {"schema": S.SCHEMA, "duration_s": 10.0,
+            "totals": {"wall_s": 10.0, "python_s": 4.0, "backend_s": 5.0, "simulator_s": 1.0, "cuda_api_s": None,
+                       "gpu_s": None},
+            "shares": {"python": 0.4, "backend": 0.5, "simulator": 0.1, "cuda_api": 0.0},
+            "transitions": {"python->backend": 1009, "backend->cuda_api": None},
+            "calls": {"backend": 1009, "simulator": 23, "cuda_api": None},
+            "frameworks": {"torch": {"calls": 1009, "backend_s": 5.0, "python->backend": 1009}}}
+
+
+def _mutant(rng: random.Random) -> dict:
+    doc = _summary_doc()
+    spots = [(doc, k) for k in doc] + [(v, k) for sec in doc.values() if isinstance(sec, dict) for v in [sec]
+                                       for k in sec] + [(doc["frameworks"]["torch"], k) for k in ("calls", "backend_s")]
+    where, key = rng.choice(spots)
+    where[key] = rng.choice([None, "x", -1, float("inf"), float("nan"), [], {}, True, 2**70, {"a": 1}, [1.5]])
+    return doc
+
+
+def test_compare_fuzz_gives_only_usage_errors(tmp_path):
+    rng, a = random.Random(1009), tmp_path / "a.json"
+    a.write_text(json.dumps(_summary_doc()))
+    untyped = []
+    for i in range(3001):
+        b = tmp_path / "b.json"
+        b.write_text(json.dumps(_mutant(rng)))
+        try:
+            compare.run(str(a), str(b), console=Console(file=io.StringIO()))
+        except E.UsageError:
+            pass
+        except Exception as e:  # noqa: BLE001 - what this test looks for
+            untyped.append((i, f"{type(e).__name__}: {e}", b.read_text()))
+    assert not untyped, untyped[:3]
+
+
+def test_exited_threads_fold_and_keep_every_total():
+    ex = ExitedThreads(keep=2)
+    rows = [R.thread(tid=100 + i, name=f"w{i}", python=i % 2 == 0, exited=True,
+                     ns=[[i, 1], [2, 0], [0, 0], [0, 0]], trans=[[0, i, 0, 0]] + [[0] * 4] * 3,
+                     calls=[0, i, 0, 0], oh=[0, 0, 0, 0], ticks=[0, 1, 0, 0, 0, 0]) for i in range(1009)]
+    for r in rows:
+        ex.add(r)
+    out = ex.rows()
+    assert len(out) == 4 and len(ex) == 1009
+    assert sum(r["calls"][1] for r in out) == sum(range(1009))
+    assert sum(r["ns"][0][0] for r in out) == sum(range(1009))
+    py = next(r for r in out if r["tid"] == FOLD_TID[True])
+    assert py["folded"] == 504 and py["name"] == "(504 exited Python threads)" and py["py"] is True
+    assert add_counts({"a": [1, 2]}, {"a": [3], "b": 4}) == {"a": [4, 2], "b": 4}
+    main = R.thread(tid=7, name="main", python=True, exited=False, ns=[[1, 0]] * 4, trans=[[0] * 4] * 4,
+                    calls=[0] * 4, oh=[0] * 4)
+    assert [r["tid"] for r in fold_all([main, *rows[:10]], 7)] == [7, -1, -2]
+
+
+def test_a_pid_in_other_digits_is_not_a_pid():
+    for args in (["attach", "\u0661\u0662\u0663"], ["\u0661\u0662\u0663"], ["attach", "0"]):
+        p = run_cli(*args)
+        assert p.returncode == E.EXIT_USAGE and "is not a PID" in p.stderr.splitlines()[-1], p.stderr
+        assert "Traceback" not in p.stderr
+
+
+def test_view_of_a_directory_is_a_ring_error():
+    assert_clean_error(run_cli("view", "/tmp"), E.EXIT_RING, "not a regular file")
+
+
+def test_run_of_a_file_that_is_not_a_program(tmp_path):
+    assert_clean_error(run_cli("run", "--", "/etc/hostname"), E.EXIT_COMMAND_NOT_FOUND, "cannot execute")
+    script = tmp_path / "noshebang"
+    script.write_text("\x7fELF garbage\n")
+    script.chmod(0o755)
+    assert_clean_error(run_cli("run", "--", str(script)), E.EXIT_COMMAND_NOT_FOUND, "cannot execute")
+
+
+@pytest.mark.parametrize("where", ["/proc/x.json", "/sys/x.json"])
+def test_summary_in_an_unwritable_place_is_refused_up_front(where):
+    p = run_cli("attach", str(os.getppid()), "--summary", where)
+    assert_clean_error(p, E.EXIT_USAGE, "not writable")
+
+
+def test_ring_path_taken_is_one_line(ebpf, tmp_path):
+    taken = tmp_path / "taken.bin"
+    taken.write_text("")
+    t = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        p = run_cli("attach", str(t.pid), "--ring", str(taken), "--headless", "--duration", "1")
+    finally:
+        t.kill()
+        t.wait()
+    assert_clean_error(p, E.EXIT_RING, "already exists")
+    assert taken.read_text() == ""
