@@ -79,6 +79,7 @@ struct opcnt {
     u64 trans[NCAT * NCAT];
     u64 calls[NCAT];
     u64 oh[NCAT];
+    u64 ticks[NTICK];         // the operation's threads' CPU-clock ticks, by where (TICK_*)
 };
 
 // Layout of the annotation region (rlscope_top/annotate.py, docs/annotations.md).
@@ -119,6 +120,14 @@ BPF_HASH(threads, u32, struct tstate, 32768);
 BPF_PERCPU_ARRAY(blank, struct tstate, 1);
 BPF_PERCPU_ARRAY(hits, u64, NPROBES);
 BPF_RINGBUF_OUTPUT(events, 256);
+BPF_PERCPU_ARRAY(ev_drops, u64, 1);   // events the ring buffer had no room for (the monitor fell behind)
+
+static __always_inline void ev_dropped(void) {
+    int zero = 0;
+    u64 *n = ev_drops.lookup(&zero);
+    if (n)
+        (*n)++;
+}
 
 // Calibrated cost of a hit, split by where it lands: before the timestamp (the
 // category being left) and after it (the category being entered).
@@ -176,8 +185,10 @@ static __always_inline void tl_emit(u32 tid, u32 tgid, u64 ts, u32 kind, u32 cat
     if (!on || !*on)
         return;
     struct event *e = events.ringbuf_reserve(sizeof(struct event));
-    if (!e)
+    if (!e) {
+        ev_dropped();
         return;
+    }
     e->ts = ts;
     e->tid = tid;
     e->tgid = tgid;
@@ -426,8 +437,10 @@ static __always_inline int emit(struct pt_regs *ctx, int id, u32 kind, int read_
         return 0;
     on_count(id);
     struct event *e = events.ringbuf_reserve(sizeof(struct event));
-    if (!e)
+    if (!e) {
+        ev_dropped();
         return 0;
+    }
     e->ts = bpf_ktime_get_ns();
     e->tid = (u32)id64;
     e->tgid = tgid;
@@ -477,10 +490,10 @@ TRACEPOINT_PROBE(sched, sched_switch) {
 
 // Which probed library (if any) the tick's user-space IP is in: how threads the probes do
 // not bracket (a torch intra-op pool, a simulator's worker threads) spend their time.
-static __always_inline void tick_where(struct tstate *s, struct bpf_perf_event_data *ctx) {
+static __always_inline u32 tick_where(struct tstate *s, struct bpf_perf_event_data *ctx) {
     if ((ctx->regs.cs & 3) != 3) {
         s->ticks[TICK_KERNEL]++;
-        return;
+        return TICK_KERNEL;
     }
     u64 ip = PT_REGS_IP(&ctx->regs);
     int zero = 0;
@@ -501,6 +514,7 @@ static __always_inline void tick_where(struct tstate *s, struct bpf_perf_event_d
     if (where >= NTICK)
         where = TICK_OTHER;
     s->ticks[where]++;
+    return where;
 }
 
 // A CPU-clock tick (250 Hz per CPU): applies pending operation changes of the thread
@@ -512,12 +526,18 @@ int on_tick(struct bpf_perf_event_data *ctx) {
     struct tstate *s = threads.lookup(&tid);
     if (!s || s->exited || !targets.lookup(&s->tgid))
         return 0;
-    tick_where(s, ctx);
+    u32 where = tick_where(s, ctx);
     if (!(op_cfg() & 3))
         return 0;
     ann_sync(s, now);
     sop_sync(s, now, RUN_ON);
     advance(s, now, RUN_ON);
+    u32 op = cur_op(s);
+    if (op && where < NTICK) {
+        struct opcnt *c = op_counters(op);
+        if (c)
+            c->ticks[where]++;
+    }
     return 0;
 }
 
@@ -560,6 +580,8 @@ TRACEPOINT_PROBE(sched, sched_process_exit) {
         e->cat = 0;
         e->name[0] = 0;
         events.ringbuf_submit(e, 0);
+    } else {
+        ev_dropped();
     }
     return 0;
 }

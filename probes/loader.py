@@ -26,6 +26,7 @@ from .static_copies import StaticCopies
 from .prologue import cheap_offset, is_cheap_at
 from ..calibration import Calibration, load as load_calibration
 
+DRAIN_BUDGET_S = 0.1   # monitor time one drain of the event buffer may take
 TICK_HZ = 250   # CPU-clock tick per CPU that applies pending operation changes
 NTICK = 6       # on-CPU ticks per thread: in a probed category's libraries (0-3), other user code, kernel
 NRANGES = 64    # executable mappings the tick can tell apart
@@ -92,6 +93,7 @@ class OpCounters:
     trans: list[list[int]]
     calls: list[int]
     oh: list[int]
+    ticks: list[int] = dataclasses.field(default_factory=list)   # CPU-clock ticks by where (as a thread's)
 
 
 # uprobe_multi mode: a few generic programs; each link carries a cookie with the probe id
@@ -207,6 +209,7 @@ class ProbeSet:
         self._tried: set[tuple[int, str]] = set()
         self.modes: dict[int, str] = {}           # category -> timed | count | off
         self._events: list[tuple] = []
+        self._drain_until = 0.0
         self.bpf = None
         self.t0_ns = 0
         self._cfg_lock = threading.Lock()
@@ -494,7 +497,7 @@ class ProbeSet:
         """Cumulative counters per operation id."""
         return [OpCounters(op=k.value, ns=[[c.ns[2 * i], c.ns[2 * i + 1]] for i in range(4)],
                            trans=[[c.trans[4 * a + b] for b in range(4)] for a in range(4)],
-                           calls=list(c.calls), oh=list(c.oh))
+                           calls=list(c.calls), oh=list(c.oh), ticks=list(c.ticks))
                 for k, c in self.bpf["opstat"].items()]
 
     def set_op_source(self, bit: int, on: bool = True) -> None:
@@ -545,8 +548,12 @@ class ProbeSet:
         except KeyError:
             pass
 
-    def events(self) -> list[tuple]:
-        """Drain the BPF ring buffer: (kind, ts, tid, name, category) tuples."""
+    def events(self, budget_s: float = DRAIN_BUDGET_S) -> list[tuple]:
+        """Drain the BPF ring buffer: (kind, ts, tid, name, category) tuples, for at most
+        ``budget_s`` of the monitor's time: what is left waits for the next call, and what
+        no longer fits in the kernel's buffer is counted (``event_drops``), so a flood of
+        events (``--timeline`` on a hot loop) never stalls the session."""
+        self._drain_until = time.monotonic() + budget_s
         self.bpf.ring_buffer_consume()
         ev, self._events = self._events, []
         return ev
@@ -554,6 +561,13 @@ class ProbeSet:
     def _on_event(self, ctx, data, size):
         e = self.bpf["events"].event(data)
         self._events.append((e.kind, e.ts, e.tid, e.name.decode(errors="replace"), e.cat))
+        if len(self._events) % 1024 == 0 and time.monotonic() > self._drain_until:
+            return -1                 # libbpf stops consuming here; the rest stays in the buffer
+        return 0
+
+    def event_drops(self) -> int:
+        """Events the kernel's ring buffer had no room for, summed over CPUs."""
+        return int(sum(self.bpf["ev_drops"][ct.c_int(0)]))
 
 
 def _fw_counters(f) -> dict:

@@ -380,6 +380,10 @@ class Collector:
                       switch_ns=self.probes.calibration.kinds["sched_switch"]["per_switch"],
                       tids0=self.probes.tids0, timeline=self.probes.timeline, fw_slots=list(FW.SLOTS))
 
+    def meta_record(self) -> dict:
+        """The session's meta record (what the ring's readers get first)."""
+        return self._meta()
+
     def _counters(self, now: int | None = None) -> dict:
         now = now or time.monotonic_ns()
         ops = {o.op: o for o in self.probes.ops()} if self.op_names or self.sampler else {}
@@ -398,6 +402,8 @@ class Collector:
                 self._threads[tc.tid] = rec
         rec = R.counters(now, list(self._threads.values()) + self._exited.rows(), self.probes.hits(),
                          self.budget.last_pct, ops=self._op_records(ops))
+        if self.probes.timeline:
+            rec["event_drops"] = self.probes.event_drops()
         if self.sampler is not None:
             smp = self.sampler
             rec["sampler"] = {"hz": smp.hz, "samples": smp.total, "invalid": smp.invalid, "cpu_s": smp.cpu_s(),
@@ -414,7 +420,7 @@ class Collector:
             name, kind, src = self.op_names.get(i, (f"op#{i}", "", "annotated"))
             sampled = src == "sampled"
             out.append(R.operation(id=i, name=name, kind=kind, source=src, ns=o.ns, trans=o.trans,
-                                   calls=o.calls, oh=o.oh, samples=samples.get(i, 0) if sampled else None,
+                                   calls=o.calls, oh=o.oh, ticks=o.ticks, samples=samples.get(i, 0) if sampled else None,
                                    samples_incl=smp.inclusive.get(name, 0) if sampled else None,
                                    nested=smp.nested.get(name) if sampled else None,
                                    samples_total=smp.total if sampled else None))

@@ -34,11 +34,12 @@ MIN_PART_WINDOW_NS = 50_000_000   # a part with less window time than this uses 
 MIN_WINDOW_TICKS = 20    # window ticks in the category before they scale the ``off`` estimates
 NONE_PART = "<none>"
 NCAT = 4
+NTICK = 6                # tick places: unused, backend, simulator, cuda_api, other, kernel
 
 
 def _zero() -> dict:
     return {"ns": [[0, 0] for _ in range(NCAT)], "oh": [0] * NCAT, "calls": [0] * NCAT,
-            "trans": [[0] * NCAT for _ in range(NCAT)]}
+            "trans": [[0] * NCAT for _ in range(NCAT)], "ticks": [0] * NTICK, "ticks_ok": True}
 
 
 def _add(into: dict, rec: dict, sign: int = 1) -> None:
@@ -49,6 +50,13 @@ def _add(into: dict, rec: dict, sign: int = 1) -> None:
         into["calls"][i] += sign * rec["calls"][i]
         for j in range(NCAT):
             into["trans"][i][j] += sign * rec["trans"][i][j]
+    ticks = rec.get("ticks")
+    if ticks is None:
+        into["ticks_ok"] = False
+    else:
+        for i in range(min(NTICK, len(ticks))):
+            into["ticks"][i] += sign * ticks[i]
+    into["ticks_ok"] = into["ticks_ok"] and rec.get("ticks_ok", True)
 
 
 def parts(threads: dict, ops: dict) -> dict[str, dict]:
@@ -64,6 +72,7 @@ def parts(threads: dict, ops: dict) -> dict[str, dict]:
     _add(none, py)
     for rec in out.values():
         _add(none, rec, -1)
+        none["ticks_ok"] = none["ticks_ok"] and rec["ticks_ok"]
     out[NONE_PART] = _clamped(none)
     return out
 
@@ -83,6 +92,7 @@ def _clamped(rec: dict) -> dict:
     rec["oh"] = [max(0, x) for x in rec["oh"]]
     rec["calls"] = [max(0, x) for x in rec["calls"]]
     rec["trans"] = [[max(0, x) for x in row] for row in rec["trans"]]
+    rec["ticks"] = [max(0, x) for x in rec["ticks"]]
     return rec
 
 
@@ -288,13 +298,18 @@ class CategoryEstimate:
             if e is not None:
                 e.ns[0] = min(ticks * ns_per_tick, d["ns"][0][0])
                 total += e.ns[0]
-        have = sum(e.ns[0] for e in ex.values())
+        deltas = {name: _delta(self.snap_parts.get(name), p[name]) for name in ex}
+        if all(d["ticks_ok"] for d in deltas.values()):      # each part by its own ticks
+            for name, e in ex.items():
+                d = deltas[name]
+                e.ns[0] = min(d["ticks"][self.ci] * ns_per_tick, d["ns"][0][0])
+            return
+        have = sum(e.ns[0] for e in ex.values())              # older records: in proportion
         if have <= 0:
             return
         f = total / have
         for name, e in ex.items():
-            cap = _delta(self.snap_parts.get(name), p[name])["ns"][0][0]
-            e.ns[0] = min(e.ns[0] * f, cap)
+            e.ns[0] = min(e.ns[0] * f, deltas[name]["ns"][0][0])
 
     def now(self, threads: dict, ops: dict, ts: int) -> tuple[dict[str, Extra], dict[int, Extra], float | None]:
         """Per part and per thread, everything estimated so far (closed segments plus the open

@@ -69,7 +69,7 @@ def counters(ts: int, threads: list[dict], hits: list[int], overhead_pct: float 
 
 def operation(*, id: int, name: str, kind: str, source: str, ns: list, trans: list, calls: list,
               oh: list, samples: int | None = None, samples_incl: int | None = None,
-              samples_total: int | None = None, nested: dict | None = None) -> dict:
+              samples_total: int | None = None, nested: dict | None = None, ticks: list | None = None) -> dict:
     """Cumulative counters of one operation, summed over threads (same layout as a thread's).
 
     ``kind`` is "simulation" or ""; ``source`` is "annotated" (exact boundaries) or
@@ -77,9 +77,12 @@ def operation(*, id: int, name: str, kind: str, source: str, ns: list, trans: li
     the stack samples with it innermost, ``samples_incl`` those with it anywhere on
     the stack, ``samples_total`` all samples so far, ``nested`` {op: samples} counts the
     operations on the stack of the samples with this one innermost (itself included).
+    ``ticks``: its threads' CPU-clock ticks by where, as a thread's.
     """
     r = {"id": id, "name": name, "kind": kind, "src": source, "ns": ns, "trans": trans,
          "calls": calls, "oh": oh}
+    if ticks:
+        r["ticks"] = ticks
     if samples is not None:
         r.update(samples=samples, samples_incl=samples_incl, samples_total=samples_total, nested=nested or {})
     return r

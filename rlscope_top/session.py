@@ -202,6 +202,17 @@ def view(ring_path: str, summary_path: str, interval_s: float = 1.0) -> str:
     return summary_path
 
 
+def _read_to_end(reader: RingReader, acct: Accounting, collector: Collector) -> None:
+    """Everything left in the ring, and the session's meta even where a flood of records
+    lapped the ring before the reader saw it (the summary never lacks its pid or window)."""
+    if not acct.meta:
+        acct.feed([collector.meta_record()])
+    while recs := reader.poll():
+        acct.feed(recs)
+    if not acct.meta:
+        acct.feed([collector.meta_record()])
+
+
 def _new_ring(opts: Options) -> RingWriter:
     from .errors import RingFileError  # noqa: PLC0415
     from .ring import RingError  # noqa: PLC0415
@@ -247,7 +258,7 @@ def _session(opts: Options, stop_reason: Callable[[], str | None], on_tick, read
         notify("status", f"attached to PID {opts.pid} ({collector.probes.n_probes()} probes: {groups}); ring {ring.path}")
         reason = _loop(opts, collector, reader, acct, stop_reason, on_tick)
         collector.stop_counting(reason)
-        acct.feed(reader.poll())
+        _read_to_end(reader, acct, collector)
         summary = S.build(acct, ring_path=ring.path if opts.keep_ring else "", dropped=reader.dropped)
         path, failed = S.write_safely(summary, opts.summary_path or S.default_path(opts.pid), opts.pid)
         if failed:

@@ -289,6 +289,7 @@ def _timeline(acct: Accounting) -> dict | None:
     return {"totals": {f"{c}_s": _s(sum(v)) for c, v in tl["split"].items()},
             "split": {c: {"on_cpu_s": _s(v[0]), "off_cpu_s": _s(v[1])} for c, v in tl["split"].items()},
             "late_events": tl["late_events"],
+            "dropped_events": acct.event_drops,
             "overlap_s": {k: _s(v) for k, v in tl["overlap"].items()}}
 
 

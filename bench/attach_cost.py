@@ -1,0 +1,178 @@
+"""Issue 16: the default mode's cost on an RL-shaped tiny-op loop, the first second after
+attach, and attach/detach times, in one run.
+
+One target (bench/workloads/rl_tiny_loop.py) runs the whole time and reports its steps
+with timestamps. Each repetition, in ABAB order: SPAN s unattached; then `rlscope-top
+attach` with each setting, SPAN s measured from 1 s after "attached"; the first second
+after "attached" is measured apart, as is the target's speed while the monitor compiles
+and attaches. Also py-spy at 100 Hz for the same spans, as the peer. Attach time is from
+the monitor's start to its "attached" line (the first counters follow within one tick);
+detach time is the summary's `overhead.detach_s`.
+
+usage: sudo .venv/bin/python bench/attach_cost.py [--reps 3] [--span 3] [--write]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+PY = sys.executable
+SETTINGS = {"default": [], "--sample-hz 0": ["--sample-hz", "0"]}
+
+
+class Target:
+    """The loop, with its (timestamp, steps) reports read in the background."""
+
+    def __init__(self, busy: bool):
+        self.p = subprocess.Popen([PY, os.path.join(HERE, "workloads", "rl_tiny_loop.py")],
+                                  stdout=subprocess.PIPE, text=True)
+        assert self.p.stdout.readline().startswith("ready")
+        self.marks: list[tuple[int, int]] = []
+        threading.Thread(target=self._read, daemon=True).start()
+        self.hog = subprocess.Popen([PY, "-c", "while True: pass"]) if busy else None
+
+    def _read(self):
+        for line in self.p.stdout:
+            f = line.split()
+            if f and f[0] == "t":
+                self.marks.append((int(f[1]), int(f[3])))
+
+    def rate(self, t0: int, t1: int) -> float:
+        """Steps per second between two monotonic ns times (from the reports inside)."""
+        inside = [m for m in self.marks if t0 <= m[0] <= t1]
+        if len(inside) < 2:
+            return float("nan")
+        (a, sa), (b, sb) = inside[0], inside[-1]
+        return (sb - sa) / ((b - a) / 1e9)
+
+    def close(self):
+        for p in (self.p, self.hog):
+            if p is not None:
+                p.kill()
+
+
+def _wait_line(p: subprocess.Popen, needle: str, timeout: float = 120) -> int:
+    end = time.monotonic() + timeout
+    for line in p.stderr:
+        if needle in line:
+            return time.monotonic_ns()
+        if time.monotonic() > end:
+            break
+    raise RuntimeError(f"no {needle!r} from the monitor")
+
+
+def attached_span(t: Target, args: list[str], span: float, tmp: str) -> dict:
+    summary = os.path.join(tmp, f"s-{time.monotonic_ns()}.json")
+    t_start = time.monotonic_ns()
+    m = subprocess.Popen([PY, "-m", "rlscope_top.cli", "attach", str(t.p.pid), "--summary", summary, *args],
+                         stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, cwd=tmp)
+    t_att = _wait_line(m, "attached to PID")
+    threading.Thread(target=lambda: [None for _ in m.stderr], daemon=True).start()
+    time.sleep(1.0 + span)
+    m.send_signal(2)
+    m.wait(120)
+    s = json.load(open(summary))
+    return {"attach_s": (t_att - t_start) / 1e9, "detach_s": s["overhead"]["detach_s"],
+            "during_attach": t.rate(t_start, t_att), "first_s": t.rate(t_att, t_att + 1_000_000_000),
+            "steady": t.rate(t_att + 1_000_000_000, t_att + int((1 + span) * 1e9)),
+            "probes": s["probes"]["count"] if "count" in s["probes"] else None,
+            "estimated_pct": s["overhead"]["estimated_pct"], "modes": s["budget"]["modes"]}
+
+
+def pyspy_span(t: Target, span: float, tmp: str) -> dict:
+    m = subprocess.Popen([os.path.join(os.path.dirname(PY), "py-spy"), "record", "-r", "100", "-p", str(t.p.pid),
+                          "-o", os.path.join(tmp, "p.svg"), "--nonblocking"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1.0)
+    t0 = time.monotonic_ns()
+    time.sleep(span)
+    r = t.rate(t0, time.monotonic_ns())
+    m.send_signal(2)
+    m.wait(60)
+    return {"steady": r}
+
+
+def plain_span(t: Target, span: float) -> float:
+    t0 = time.monotonic_ns()
+    time.sleep(span)
+    return t.rate(t0, time.monotonic_ns())
+
+
+def run(reps: int, span: float, busy: bool) -> dict:
+    out: dict = {"plain": [], **{k: [] for k in SETTINGS}, "py-spy 100 Hz": []}
+    t = Target(busy)
+    try:
+        time.sleep(2.0)                                  # warm up
+        with tempfile.TemporaryDirectory() as tmp:
+            for rep in range(reps):
+                for name, args in SETTINGS.items():      # ABAB: plain before each attached span
+                    out["plain"].append(plain_span(t, span))
+                    out[name].append(attached_span(t, args, span, tmp))
+                    print(f"[{'busy' if busy else 'idle'}] rep {rep} {name}: {out[name][-1]}", file=sys.stderr)
+                out["plain"].append(plain_span(t, span))
+                out["py-spy 100 Hz"].append(pyspy_span(t, span, tmp))
+    finally:
+        t.close()
+    return out
+
+
+def _slow(base: float, v: float) -> str:
+    return f"{base / v:.3f}x" if v == v and v > 0 else "n/a"
+
+
+def table(res: dict, label: str) -> list[str]:
+    base = statistics.median(res["plain"])
+    rows = [f"| {label} | plain | {base:,.0f} steps/s | 1.000x | | | | |"]
+    for name in SETTINGS:
+        rs = res[name]
+        med = {k: statistics.median([r[k] for r in rs]) for k in ("steady", "first_s", "during_attach",
+                                                                   "attach_s", "detach_s", "estimated_pct")}
+        each = ", ".join(_slow(base, r["steady"]) for r in rs)
+        rows.append(f"| {label} | {name} | {med['steady']:,.0f} steps/s | {_slow(base, med['steady'])} ({each}) | "
+                    f"{_slow(base, med['first_s'])} | {_slow(base, med['during_attach'])} | "
+                    f"{med['attach_s']:.2f} s | {med['detach_s']:.2f} s; own estimate {med['estimated_pct']:.1f}% |")
+    py = statistics.median([r["steady"] for r in res["py-spy 100 Hz"]])
+    rows.append(f"| {label} | py-spy 100 Hz | {py:,.0f} steps/s | {_slow(base, py)} | | | | |")
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--span", type=float, default=3.0)
+    ap.add_argument("--write", action="store_true", help="put the table in docs/overhead.md")
+    a = ap.parse_args()
+    lines = ["| target | setting | speed (median) | steady slowdown (each rep) | first second after attach "
+             "| while attaching | attach | detach |", "|---|---|---|---|---|---|---|---|"]
+    for busy in (False, True):
+        lines += table(run(a.reps, a.span, busy), "busy machine (1 busy loop)" if busy else "idle machine")
+    print("\n".join(lines))
+    if a.write:
+        sys.path.insert(0, HERE)
+        from docsection import replace_section  # noqa: PLC0415
+
+        replace_section(os.path.join(REPO, "docs", "overhead.md"), "## Tiny-op RL loop: steady, first second, attach and detach", [
+            f"Generated by `sudo .venv/bin/python bench/attach_cost.py --reps {a.reps} --span {a.span:g} --write` on "
+            f"{platform.node()} ({os.cpu_count()} cores, kernel {platform.release()}), {time.strftime('%Y-%m-%d')}.",
+            "The target is bench/workloads/rl_tiny_loop.py (issue 16's loop: a tiny MLP forward per step, an SGD "
+            "update every 8 steps, a 200-iteration Python env step), one process for the whole run; spans of "
+            f"{a.span:g} s alternate unattached and attached (ABAB), the attached one from 1 s after \"attached\". "
+            "Slowdown = unattached speed / attached speed. Attach = monitor start to its \"attached\" line (the "
+            "compile runs at nice 19); detach from the summary. The busy rows add one pure-Python busy loop "
+            "beside the target on the 2-core VM.", "", *lines])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
