@@ -57,12 +57,15 @@ def default_path(pid: int) -> str:
     return os.path.join(DEFAULT_DIR, f"ring-{pid}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.bin")
 
 
+SWEPT: list[str] = []     # rings of dead monitors this process removed (the session says so once)
+
+
 def _create(path: str) -> int:
     """A new ring file, 0600, never through a symlink; the default directory private (0700)."""
     d = os.path.dirname(os.path.abspath(path))
     if d == DEFAULT_DIR:
         private_dir(d)
-        sweep_stale(d)
+        SWEPT.extend(sweep_stale(d))
     try:
         return create_exclusive(path)
     except FileExistsError:

@@ -213,6 +213,15 @@ def _read_to_end(reader: RingReader, acct: Accounting, collector: Collector) -> 
         acct.feed([collector.meta_record()])
 
 
+def _say_swept(notify) -> None:
+    from . import ring as ring_mod  # noqa: PLC0415
+
+    if ring_mod.SWEPT:
+        notify("info", f"removed {len(ring_mod.SWEPT)} ring(s) left by monitors that were killed "
+                       f"({', '.join(os.path.basename(p) for p in ring_mod.SWEPT[:3])})")
+        ring_mod.SWEPT.clear()
+
+
 def _new_ring(opts: Options) -> RingWriter:
     from .errors import RingFileError  # noqa: PLC0415
     from .ring import RingError  # noqa: PLC0415
@@ -238,6 +247,7 @@ def _session(opts: Options, stop_reason: Callable[[], str | None], on_tick, read
 
         check_sim_libs(opts.pid, opts.sim_libs)
     ring = _new_ring(opts)
+    _say_swept(notify)
     drop_ring = (lambda: None) if opts.keep_ring else (lambda: os.unlink(ring.path))
     _FORCED_EXIT_CLEANUP.append(drop_ring)
     collector = None

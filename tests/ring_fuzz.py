@@ -1,4 +1,5 @@
-"""Seeded fuzzing of the ring reader: hostile or broken files give RingError, nothing else.
+"""Seeded fuzzing of the ring reader and of `compare`'s summary loading: hostile or broken
+files give RingError / UsageError, nothing else.
 
 Cases start from a real ring (written by RingWriter, lapped so head and tail are not 0)
 and are: random bytes, truncations, byte flips in the header and the data, and header
@@ -8,11 +9,18 @@ fields (capacity, head, tail, seq, version) set to extremes. Shared by the suite
 
 from __future__ import annotations
 
+import io
+import json
 import os
 import random
 import struct
 
+from rich.console import Console
+
+from rlscope_top import compare
 from rlscope_top import records as R
+from rlscope_top import summary as S
+from rlscope_top.errors import UsageError
 from rlscope_top.ring import HEADER_SIZE, RingError, RingReader, RingWriter
 
 _FIELDS = {"version": (8, "<I"), "capacity": (16, "<Q"), "head": (24, "<Q"), "tail": (32, "<Q"),
@@ -84,3 +92,50 @@ def _one(path: str, out: dict, data: bytes) -> None:
         out["untyped"] += 1
         if len(out["examples"]) < 5:
             out["examples"].append(f"{type(e).__name__}: {e} (header {data[:64].hex()})")
+
+
+def summary_doc() -> dict:
+    """A small summary with every field `compare` reads."""
+    return {"schema": S.SCHEMA, "duration_s": 10.0,
+            "totals": {"wall_s": 10.0, "python_s": 4.0, "backend_s": 5.0, "simulator_s": 1.0, "cuda_api_s": None,
+                       "gpu_s": None},
+            "shares": {"python": 0.4, "backend": 0.5, "simulator": 0.1, "cuda_api": 0.0},
+            "transitions": {"python->backend": 1009, "backend->cuda_api": None},
+            "calls": {"backend": 1009, "simulator": 23, "cuda_api": None},
+            "frameworks": {"torch": {"calls": 1009, "backend_s": 5.0, "python->backend": 1009}}}
+
+
+_WRONG = [None, "x", -1, float("inf"), float("nan"), [], {}, True, 2**70, {"a": 1}, [1.5], 0, 3.5]
+
+
+def mutant(rng: random.Random) -> dict:
+    """A summary with one field (top level, in a section, or in a framework) set to a wrong value."""
+    doc = summary_doc()
+    spots = [(doc, k) for k in doc] + [(sec, k) for sec in doc.values() if isinstance(sec, dict) for k in sec]
+    spots += [(doc["frameworks"]["torch"], k) for k in ("calls", "backend_s", "python->backend")]
+    where, key = rng.choice(spots)
+    where[key] = rng.choice(_WRONG)
+    return doc
+
+
+def fuzz_compare(tmpdir: str, cases: int, seed: int) -> dict:
+    """Run ``cases`` mutated summaries through `compare` against a good one."""
+    rng = random.Random(seed)
+    a, b = os.path.join(tmpdir, "a.json"), os.path.join(tmpdir, "b.json")
+    with open(a, "w") as f:
+        json.dump(summary_doc(), f)
+    out = {"cases": cases, "typed": 0, "read": 0, "untyped": 0, "examples": []}
+    for _ in range(cases):
+        text = json.dumps(mutant(rng))
+        with open(b, "w") as f:
+            f.write(text)
+        try:
+            compare.run(a, b, console=Console(file=io.StringIO()))
+            out["read"] += 1
+        except UsageError:
+            out["typed"] += 1
+        except Exception as e:  # noqa: BLE001 - what the fuzzer looks for
+            out["untyped"] += 1
+            if len(out["examples"]) < 5:
+                out["examples"].append(f"{type(e).__name__}: {e} ({text[:300]})")
+    return out

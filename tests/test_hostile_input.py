@@ -4,21 +4,17 @@ threads keep the counters record bounded."""
 
 from __future__ import annotations
 
-import io
 import json
 import os
-import random
 import stat
 import subprocess
 import sys
 import time
 
 import pytest
-from rich.console import Console
 
 from conftest import load_summary
-from ring_fuzz import fuzz
-from rlscope_top import compare
+from ring_fuzz import fuzz, fuzz_compare
 from rlscope_top import errors as E
 from rlscope_top import records as R
 from rlscope_top import summary as S
@@ -113,39 +109,11 @@ def test_a_huge_head_is_refused_at_once(tmp_path):
         RingReader(w.path)
 
 
-def _summary_doc() -> dict:
-    return {"schema": S.SCHEMA, "duration_s": 10.0,
-            "totals": {"wall_s": 10.0, "python_s": 4.0, "backend_s": 5.0, "simulator_s": 1.0, "cuda_api_s": None,
-                       "gpu_s": None},
-            "shares": {"python": 0.4, "backend": 0.5, "simulator": 0.1, "cuda_api": 0.0},
-            "transitions": {"python->backend": 1009, "backend->cuda_api": None},
-            "calls": {"backend": 1009, "simulator": 23, "cuda_api": None},
-            "frameworks": {"torch": {"calls": 1009, "backend_s": 5.0, "python->backend": 1009}}}
-
-
-def _mutant(rng: random.Random) -> dict:
-    doc = _summary_doc()
-    spots = [(doc, k) for k in doc] + [(v, k) for sec in doc.values() if isinstance(sec, dict) for v in [sec]
-                                       for k in sec] + [(doc["frameworks"]["torch"], k) for k in ("calls", "backend_s")]
-    where, key = rng.choice(spots)
-    where[key] = rng.choice([None, "x", -1, float("inf"), float("nan"), [], {}, True, 2**70, {"a": 1}, [1.5]])
-    return doc
-
-
 def test_compare_fuzz_gives_only_usage_errors(tmp_path):
-    rng, a = random.Random(1009), tmp_path / "a.json"
-    a.write_text(json.dumps(_summary_doc()))
-    untyped = []
-    for i in range(3001):
-        b = tmp_path / "b.json"
-        b.write_text(json.dumps(_mutant(rng)))
-        try:
-            compare.run(str(a), str(b), console=Console(file=io.StringIO()))
-        except E.UsageError:
-            pass
-        except Exception as e:  # noqa: BLE001 - what this test looks for
-            untyped.append((i, f"{type(e).__name__}: {e}", b.read_text()))
-    assert not untyped, untyped[:3]
+    """10,007 summaries with one field of the wrong type (seeded): UsageError or a table."""
+    out = fuzz_compare(str(tmp_path), 10_007, seed=1009)
+    assert out["untyped"] == 0, out["examples"]
+    assert out["typed"] > 1000 and out["read"] > 1000
 
 
 def test_exited_threads_fold_and_keep_every_total():
