@@ -19,17 +19,22 @@ from ..annotate import (ATTACHED_OFF, MAGIC, MEMFD_NAME, NAME_SIZE, NAMES_OFF, N
 KIND_NAMES = {0: "", 1: "simulation"}
 
 
-def find(pid: int) -> tuple[int, str] | None:
-    """(address, map_files path) of the process's annotation region, or None."""
+def find_memfd(pid: int, name: str) -> tuple[int, str] | None:
+    """(address, map_files path) of the memfd mapping called ``name`` in ``pid``, or None."""
     try:
         with open(f"/proc/{pid}/maps") as f:
             for line in f:
-                if f"/memfd:{MEMFD_NAME}" in line:
+                if f"/memfd:{name}" in line:
                     rng = line.split(None, 1)[0]
                     return int(rng.split("-")[0], 16), f"/proc/{pid}/map_files/{rng}"
     except OSError:
         pass
     return None
+
+
+def find(pid: int) -> tuple[int, str] | None:
+    """(address, map_files path) of the process's annotation region, or None."""
+    return find_memfd(pid, MEMFD_NAME)
 
 
 class Region:

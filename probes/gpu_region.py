@@ -18,6 +18,8 @@ import os
 import struct
 import time
 
+from .ann_region import find_memfd
+
 MEMFD_NAME = "rlscope-top-gpu"
 MAGIC = b"RLSGPU\x00\x01"
 VERSION = 1
@@ -66,15 +68,7 @@ class RegionError(Exception):
 
 def find(pid: int) -> tuple[int, str] | None:
     """(address, map_files path) of the agent's region in ``pid``, or None."""
-    try:
-        with open(f"/proc/{pid}/maps") as f:
-            for line in f:
-                if f"/memfd:{MEMFD_NAME}" in line:
-                    rng = line.split(None, 1)[0]
-                    return int(rng.split("-")[0], 16), f"/proc/{pid}/map_files/{rng}"
-    except OSError:
-        pass
-    return None
+    return find_memfd(pid, MEMFD_NAME)
 
 
 def _align8(n: int) -> int:

@@ -89,9 +89,13 @@ def _one(path: str, out: dict, data: bytes) -> None:
     except RingError:
         out["typed"] += 1
     except Exception as e:  # noqa: BLE001 - what the fuzzer looks for
-        out["untyped"] += 1
-        if len(out["examples"]) < 5:
-            out["examples"].append(f"{type(e).__name__}: {e} (header {data[:64].hex()})")
+        _untyped(out, e, f"header {data[:64].hex()}")
+
+
+def _untyped(out: dict, e: Exception, what: str) -> None:
+    out["untyped"] += 1
+    if len(out["examples"]) < 5:
+        out["examples"].append(f"{type(e).__name__}: {e} ({what})")
 
 
 def summary_doc() -> dict:
@@ -135,7 +139,5 @@ def fuzz_compare(tmpdir: str, cases: int, seed: int) -> dict:
         except UsageError:
             out["typed"] += 1
         except Exception as e:  # noqa: BLE001 - what the fuzzer looks for
-            out["untyped"] += 1
-            if len(out["examples"]) < 5:
-                out["examples"].append(f"{type(e).__name__}: {e} ({text[:300]})")
+            _untyped(out, e, text[:300])
     return out

@@ -68,8 +68,12 @@ def _raw_split(s, c, k):
     return v + (s["overhead"]["by_category_s"][c] if k == "on_cpu_s" else 0.0)
 
 
+@pytest.mark.quiet
 def test_corrected_shares_within_2pp(ebpf, target, monitor, tmp_path, simlib, calibration_file):
-    """A Python / simulator / torch mix at ~11k torch calls/s (bench row "mix backend-heavy")."""
+    """A Python / simulator / torch mix at ~11k torch calls/s (bench row "mix backend-heavy").
+    Needs a quiet machine: the truth is the target's unprobed cycles, timed before and after
+    the session; a busy loop beside it changes their speed, and 2 pp is tighter than that
+    (it failed in scripts/test-under-load.sh)."""
     s, truth, _ = _run(target, monitor, tmp_path, simlib,
                        ("--py-iters", 15000, "--sim-us", 1000, "--ops", 40, "--op-size", 128),
                        "--duration", "6", "--max-overhead", "100", env={"RLSCOPE_CALIBRATION": calibration_file},
