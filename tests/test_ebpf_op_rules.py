@@ -40,8 +40,9 @@ def test_custom_rules_on_a_hand_written_loop(ebpf, target, monitor, tmp_path, si
     # to about one sample period (10 ms here, against ~50-60 ms phases)
     pb = s["transitions"]["python->backend"]
     ps = s["transitions"]["python->simulator"]
-    assert ops["update"]["transitions"]["python->backend"] >= 0.8 * pb > 0
-    assert ops["rollout"]["transitions"]["python->simulator"] >= 0.8 * ps > 0
+    # (76-90% measured; 2 of 7 full-suite runs on 2026-11-23 had 76% and 78% for update)
+    assert ops["update"]["transitions"]["python->backend"] >= 0.7 * pb > 0
+    assert ops["rollout"]["transitions"]["python->simulator"] >= 0.7 * ps > 0
     assert ops["rollout"]["shares"]["simulator"] > 0.5 and ops["update"]["shares"]["backend"] > 0.5
 
 

@@ -49,8 +49,8 @@ def test_default_mode_is_within_its_stated_bound_on_phased_trainer(ebpf, target,
     At a 5% budget a 10 s session times torch for ~0.4 s in all, so the estimate is not
     within issue 12's 3 pp (4-6 pp measured, docs/accuracy.md). What must hold: it says it
     is estimated, it states a bound (at most ±35 pp: the windows' spread), and the unprobed
-    truth is within that bound (+2 pp for
-    the Python/binding boundary every mode has), within the overhead budget.
+    truth is within that bound (+2 pp for the Python/binding boundary every mode has), within
+    the overhead budget.
     Needs a quiet machine: the reference is timed unprobed, the estimate probed."""
     s, truth = _run(target, monitor, tmp_path, simlib, calibration_file, "--op", "collect=collect",
                     "--op", "update=update")
