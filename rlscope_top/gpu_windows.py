@@ -63,8 +63,8 @@ class GpuWindows:
         """Switch to windows: the traced stretch from ``base`` to ``now`` is the first basis."""
         self.on = True
         self.period_s = max(MIN_PERIOD_S, WINDOW_S * cost_pct / (SHARE * max_pct))
-        self.next_ns = now.ns + int(self.period_s * 1e9)
-        self._learn(base, now)
+        self.next_ns = now.ns          # the first window at once: the continuous stretch's
+        self._learn(base, now)         # counts come in whole CUPTI buffers, a rough basis
         self._last = now
         return self.period_s
 

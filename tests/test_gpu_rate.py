@@ -26,11 +26,11 @@ def test_every_record_at_a_high_rate_is_counted_and_joined(ebpf, tmp_path):
 
 
 def test_over_budget_tracing_turns_into_windows_with_a_close_estimate(ebpf, tmp_path):
-    r = gpu_record_rate.measure(100_000, 6.0, str(tmp_path), max_overhead=5.0)
+    r = gpu_record_rate.measure(100_000, 6.0, str(tmp_path), max_overhead=5.0, tail_s=0.0)
     s = r["summary"]
     assert s["gpu"]["mode"] == "windowed" and s["budget"]["modes"]["gpu"] == "windowed"
     assert s["sources"]["gpu_s"] == "estimated" and s["gpu"]["windows"]["windows"] >= 1
-    assert abs(r["kernels_counted"] - r["kernels_made"]) <= 0.10 * r["kernels_made"], r
+    assert abs(r["kernels_counted"] - r["kernels_made"]) <= 0.05 * r["kernels_made"], r   # 0.5-1.2% seen
     by = s["overhead"]["by_source_s"]
     assert by["cupti"] > 0 and by["gpu_agent"] > 0
     assert s["overhead"]["estimated_pct"] < 10            # the windows keep it near the 5% budget
