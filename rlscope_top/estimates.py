@@ -33,6 +33,8 @@ HALF_LIFE_S = 120.0      # a window this old weighs half as much as a new one
 MIN_PART_WINDOW_NS = 50_000_000   # a part with less window time than this uses the pooled figures
 MIN_WINDOW_TICKS = 20    # window ticks in the category before they scale the ``off`` estimates
 NONE_PART = "<none>"
+T95 = ((1, 12.71), (2, 4.30), (3, 3.18), (4, 2.78), (5, 2.57), (6, 2.45), (7, 2.36), (8, 2.31), (9, 2.26),
+       (10, 2.23), (15, 2.13), (20, 2.09), (30, 2.04))   # two-sided Student's t, by degrees of freedom
 NCAT = 4
 NTICK = 6                # tick places: unused, backend, simulator, cuda_api, other, kernel
 
@@ -75,11 +77,6 @@ def parts(threads: dict, ops: dict) -> dict[str, dict]:
         none["ticks_ok"] = none["ticks_ok"] and rec["ticks_ok"]
     out[NONE_PART] = _clamped(none)
     return out
-
-
-def _ticks(th: dict, ci: int) -> int:
-    t = th.get("ticks")
-    return t[ci] if t and ci < len(t) else 0
 
 
 def by_thread(threads: dict) -> dict[int, dict]:
@@ -182,27 +179,55 @@ def estimate(pool: Pool, seg: dict, ci: int, mode: str) -> Extra:
 
 @dataclasses.dataclass
 class Spread:
-    """Weighted spread of the windows' ratios, for the bound (Welford-style sums)."""
+    """Spread of the windows' ratios (x / y each: ns per call, share of time, ns per tick),
+    for the bound of the pooled ratio sum(x) / sum(y)."""
 
     n: int = 0
-    w: float = 0.0
-    wr: float = 0.0
-    wr2: float = 0.0
+    sx: float = 0.0
+    sy: float = 0.0
+    sxx: float = 0.0
+    syy: float = 0.0
+    sxy: float = 0.0
 
     def add(self, weight: float, ratio: float) -> None:
+        """One window: ``weight`` (y) and its ratio (x / y)."""
         if weight > 0:
+            x = weight * ratio
             self.n += 1
-            self.w += weight
-            self.wr += weight * ratio
-            self.wr2 += weight * ratio * ratio
+            self.sx, self.sy = self.sx + x, self.sy + weight
+            self.sxx, self.syy, self.sxy = self.sxx + x * x, self.syy + weight * weight, self.sxy + x * weight
+
+    def mean(self) -> float:
+        return self.sx / self.sy if self.sy > 0 else 0.0
 
     def se(self) -> float | None:
-        """Standard error of the weighted mean ratio (None with fewer than two windows)."""
-        if self.n < 2 or self.w <= 0:
+        """Standard error of the pooled ratio (None with fewer than two windows): the ratio
+        estimator's linearised variance, right for windows of unequal size."""
+        if self.n < 2 or self.sy <= 0:
             return None
-        mean = self.wr / self.w
-        var = max(0.0, self.wr2 / self.w - mean * mean) * self.n / (self.n - 1)
-        return math.sqrt(var / self.n)
+        r = self.mean()
+        ss = max(0.0, self.sxx - 2 * r * self.sxy + r * r * self.syy)
+        return math.sqrt(ss * self.n / (self.n - 1)) / self.sy
+
+    def k95(self) -> float:
+        """Student's t for a 95% bound from ``n`` windows (few windows: wider than 2 se)."""
+        dof = max(1, self.n - 1)
+        return next((t for d, t in T95 if dof <= d), 1.96)
+
+
+@dataclasses.dataclass
+class BoundParts:
+    """What a category's 95% bound is made of. Segments share their windows' figures, so
+    those errors add up linearly over segments; only each segment's own tick count is
+    independent of the others."""
+
+    var: float = 0.0                      # ns^2: the segments' own tick counts
+    basis: dict = dataclasses.field(default_factory=lambda: {"count": 0.0, "off": 0.0})
+    tick_ns: float = 0.0                  # ns set by the ticks (times the ns-per-tick error)
+
+    def plus(self, o: BoundParts) -> BoundParts:
+        return BoundParts(self.var + o.var, {k: self.basis[k] + o.basis[k] for k in self.basis},
+                          self.tick_ns + o.tick_ns)
 
 
 class CategoryEstimate:
@@ -224,7 +249,9 @@ class CategoryEstimate:
         self.spread = {"count": Spread(), "off": Spread()}   # per window: ns per call, share of time
         self.win_on_ns = 0.0                       # windows: the category's timed on-CPU ns ...
         self.win_ticks = 0                         # ... and the ticks that found it there
-        self.var_ns2 = 0.0                         # closed segments' bound, squared
+        self.tick_spread = Spread()                # per window: timed on-CPU ns per tick
+        self.win_inv_ticks = 0.0                   # sum of 1 / (a window's ticks): their Poisson part
+        self.bound = BoundParts()                  # closed segments' bound
         self.estimated_ns = 0                      # time of the segments estimated so far (closed)
 
     def change(self, new_mode: str, ts: int, threads: dict, ops: dict) -> None:
@@ -233,12 +260,12 @@ class CategoryEstimate:
         if self.mode == "timed":
             self._window(p, th, ts)
         else:
-            ex, ext, var = self._segment(p, th)
+            ex, ext, b = self._segment(p, th)
             for k, e in ex.items():
                 self.closed[k] = self.closed.get(k, Extra()).plus(e)
             for k, e in ext.items():
                 self.closed_threads[k] = self.closed_threads.get(k, Extra()).plus(e)
-            self.var_ns2 += var
+            self.bound = self.bound.plus(b)
             self.estimated_ns += max(0, ts - self.ts)
         self.mode, self.ts, self.snap_parts, self.snap_threads = new_mode, ts, p, th
         if new_mode != "timed":
@@ -252,10 +279,17 @@ class CategoryEstimate:
             d = _delta(self.snap_parts.get(name), cur)
             self.pools.setdefault(name, Pool()).add(d, self.ci, ts)
             _add(whole, d)
+        ticks = 0
         for tid, cur in th.items():
-            self.thread_pools.setdefault(tid, Pool()).add(_delta(self.snap_threads.get(tid), cur), self.ci, ts)
-            self.win_ticks += max(0, _ticks(cur, self.ci) - _ticks(self.snap_threads.get(tid) or {}, self.ci))
-        self.win_on_ns += max(0, whole["ns"][self.ci][0] - whole["oh"][self.ci])
+            d = _delta(self.snap_threads.get(tid), cur)
+            self.thread_pools.setdefault(tid, Pool()).add(d, self.ci, ts)
+            ticks += d["ticks"][self.ci]
+        self.win_ticks += ticks
+        on_ns = max(0, whole["ns"][self.ci][0] - whole["oh"][self.ci])
+        self.win_on_ns += on_ns
+        if ticks:
+            self.tick_spread.add(ticks, on_ns / ticks)
+            self.win_inv_ticks += 1.0 / ticks
         self.pooled.add(whole, self.ci, ts)
         one = Pool()
         one.add(whole, self.ci, ts)
@@ -268,62 +302,90 @@ class CategoryEstimate:
         p = pools.get(key)
         return p if p is not None and p.all >= MIN_PART_WINDOW_NS else self.pooled
 
-    def _segment(self, p: dict, th: dict) -> tuple[dict, dict, float]:
-        """Estimates of the open segment (from the last change to these counters), and the
-        square of its 95% bound in ns."""
-        ex, basis = {}, 0.0
-        for name, cur in p.items():
-            d = _delta(self.snap_parts.get(name), cur)
-            ex[name] = estimate(self._pool_for(name, self.pools), d, self.ci, self.mode)
-            basis += d["calls"][self.ci] if self.mode == "count" else \
-                max(0, sum(a + b for a, b in d["ns"]) - sum(d["oh"]))
-        ext = {tid: estimate(self._pool_for(tid, self.thread_pools), _delta(self.snap_threads.get(tid), cur),
-                             self.ci, self.mode) for tid, cur in th.items()}
-        if self.mode == "off":
-            self._scale_by_ticks(ex, ext, p, th)
-        se = self.spread[self.mode].se()
-        return ex, ext, (2 * se * basis) ** 2 if se is not None else 0.0
+    def _segment(self, p: dict, th: dict) -> tuple[dict, dict, BoundParts]:
+        """Estimates of the open segment (from the last change to these counters), and what
+        its 95% bound is made of."""
+        dp = {name: _delta(self.snap_parts.get(name), cur) for name, cur in p.items()}
+        dt = {tid: _delta(self.snap_threads.get(tid), cur) for tid, cur in th.items()}
+        ex = {name: estimate(self._pool_for(name, self.pools), d, self.ci, self.mode) for name, d in dp.items()}
+        ext = {tid: estimate(self._pool_for(tid, self.thread_pools), d, self.ci, self.mode) for tid, d in dt.items()}
+        basis = sum(d["calls"][self.ci] if self.mode == "count" else
+                    max(0, sum(a + b for a, b in d["ns"]) - sum(d["oh"])) for d in dp.values())
+        b = BoundParts()
+        if self.mode == "off" and self._scale_by_ticks(ex, ext, dp, dt, b):
+            on, off = sum(e.ns[0] for e in ex.values()), sum(e.ns[1] for e in ex.values())
+            basis *= off / (on + off) if on + off > 0 else 0.0    # the share sets the off-CPU part only
+        b.basis[self.mode] = basis
+        return ex, ext, b
 
-    def _scale_by_ticks(self, ex: dict, ext: dict, p: dict, th: dict) -> None:
+    def _scale_by_ticks(self, ex: dict, ext: dict, dp: dict, dt: dict, b: BoundParts) -> bool:
         """Set the segment's on-CPU estimate to what the ticks say, per thread and in total
-        (the parts keep their proportions, each within its own Python on-CPU time)."""
+        (the parts keep their proportions, each within its own Python on-CPU time), and
+        its bound's parts in ``b``. Returns whether the ticks were used."""
         if self.win_ticks < MIN_WINDOW_TICKS or self.win_on_ns <= 0:
-            return
+            return False
         ns_per_tick = self.win_on_ns / self.win_ticks
-        total = 0.0
-        for tid, cur in th.items():
-            d = _delta(self.snap_threads.get(tid), cur)
-            ticks = max(0, _ticks(cur, self.ci) - _ticks(self.snap_threads.get(tid) or {}, self.ci))
+        total, seg_ticks = 0.0, 0
+        for tid, d in dt.items():
+            ticks = d["ticks"][self.ci]
+            seg_ticks += ticks
             e = ext.get(tid)
             if e is not None:
                 e.ns[0] = min(ticks * ns_per_tick, d["ns"][0][0])
                 total += e.ns[0]
-        deltas = {name: _delta(self.snap_parts.get(name), p[name]) for name in ex}
-        if all(d["ticks_ok"] for d in deltas.values()):      # each part by its own ticks
+        if all(d["ticks_ok"] for d in dp.values()):      # each part by its own ticks
             for name, e in ex.items():
-                d = deltas[name]
-                e.ns[0] = min(d["ticks"][self.ci] * ns_per_tick, d["ns"][0][0])
-            return
-        have = sum(e.ns[0] for e in ex.values())              # older records: in proportion
-        if have <= 0:
-            return
-        f = total / have
-        for name, e in ex.items():
-            e.ns[0] = min(e.ns[0] * f, deltas[name]["ns"][0][0])
+                e.ns[0] = min(dp[name]["ticks"][self.ci] * ns_per_tick, dp[name]["ns"][0][0])
+        else:
+            have = sum(e.ns[0] for e in ex.values())          # older records: in proportion
+            f = total / have if have > 0 else 0.0
+            for name, e in ex.items():
+                e.ns[0] = min(e.ns[0] * f, dp[name]["ns"][0][0])
+        b.var = (2 * total) ** 2 * self._segment_rel_var(seg_ticks) if seg_ticks > 0 else (2 * ns_per_tick) ** 2
+        b.tick_ns = total
+        return True
+
+    def _segment_rel_var(self, seg_ticks: int) -> float:
+        """A segment's own relative variance: its tick count (Poisson), and how far a stretch's
+        ns per tick strays from the mean beyond the windows' own Poisson noise, less in a
+        longer segment (it averages more stretches)."""
+        sp, n = self.tick_spread, self.tick_spread.n
+        own = 1.0 / seg_ticks
+        if n < 2 or sp.mean() <= 0:
+            return own
+        per_window = (sp.se() / sp.mean()) ** 2 * n        # a window's relative variance
+        between = max(0.0, per_window - self.win_inv_ticks / n)
+        return own + between * min(1.0, (sp.sy / n) / seg_ticks)
+
+    def _tick_rel_se(self) -> float:
+        """Relative standard error of the windows' ns per tick: from their spread when there
+        are two or more (an RL loop's phases differ), else from their tick count."""
+        sp = self.tick_spread
+        se = sp.se()
+        if se is None or sp.mean() <= 0:
+            return 1.0 / math.sqrt(self.win_ticks) if self.win_ticks else 1.0
+        return sp.k95() / 2 * se / sp.mean()
+
+    def _bound_ns(self, b: BoundParts) -> float:
+        var = b.var + (2 * self._tick_rel_se() * b.tick_ns) ** 2
+        for mode, basis in b.basis.items():
+            se = self.spread[mode].se()
+            var += (self.spread[mode].k95() * se * basis) ** 2 if se is not None else 0.0
+        return math.sqrt(var)
 
     def now(self, threads: dict, ops: dict, ts: int) -> tuple[dict[str, Extra], dict[int, Extra], float | None]:
         """Per part and per thread, everything estimated so far (closed segments plus the open
         one), and the 95% bound in ns (None while fewer than two windows say how they spread)."""
-        ex, ext, var = dict(self.closed), dict(self.closed_threads), self.var_ns2
+        ex, ext, b = dict(self.closed), dict(self.closed_threads), self.bound
         if self.mode != "timed":
-            open_ex, open_ext, v = self._segment(parts(threads, ops), by_thread(threads))
+            open_ex, open_ext, ob = self._segment(parts(threads, ops), by_thread(threads))
             for k, e in open_ex.items():
                 ex[k] = ex.get(k, Extra()).plus(e)
             for k, e in open_ext.items():
                 ext[k] = ext.get(k, Extra()).plus(e)
-            var += v
-        known = any(s.se() is not None for s in self.spread.values())
-        return ex, ext, math.sqrt(var) if known else None
+            b = b.plus(ob)
+        known = any(s.se() is not None for s in self.spread.values()) or self.tick_spread.se() is not None
+        return ex, ext, self._bound_ns(b) if known else None
 
     def estimated_s(self, ts: int) -> float:
         """Seconds of the session this category was estimated (not timed) so far."""

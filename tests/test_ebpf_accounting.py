@@ -129,8 +129,8 @@ def test_budget_off_mode_samples_and_estimates_stay_close(ebpf, target, monitor,
     assert s["sources"]["calls.backend"] == "estimated"
     ours = _shares(s["totals"])
     # estimated, so a looser bound than the exact 2 pp: 5 pp (4.4 pp was seen in 1 of 5 full-suite
-    # runs; the stated bound, from the windows' spread, said 0.3 pp: it does not yet count the
-    # noise of the tick scale, a known defect in the issue 12 note)
+    # runs, when the stated bound, from the windows' spread alone, said 0.3 pp; it now counts the
+    # ticks' noise too: tests/test_estimates_bound.py)
     for c in CATS:
         assert abs(ours[c] - truth[c]) <= 0.05, (c, ours, truth, s["estimates"])
     assert s["overhead"]["estimated_pct"] < 5
