@@ -8,6 +8,10 @@ estimated) -> off (no probes; calls and time estimated from the rates measured
 before). It goes straight to off when counting alone would still be over budget.
 Steps are never undone within a session.
 
+The stack sampler's own CPU counts too (``fixed_pct``: no step lowers it; it halves its own
+rate when it uses more than half the budget), and once a category is estimated its re-timing
+windows keep WINDOW_SHARE of the budget, so the steady costs must fit in the rest.
+
 Sources outside the probes (the GPU agent: its buffer callbacks and CUPTI's own cost
 per traced activity) are priced in the same window and may be the one made cheaper
 (the GPU source then traces in windows, with estimates between them).
@@ -21,6 +25,7 @@ WINDOW_S = 0.5
 FIRST_WINDOW_S = 0.05   # right after attach (Collector.settle)
 STEPS = ("timed", "count", "off")
 COUNT_KEEPS = 0.5   # counting keeps the entry probe of each begin/end pair: about half the cost
+WINDOW_SHARE = 0.35  # share of the budget kept for re-timing windows once a category is estimated
 
 
 @dataclasses.dataclass
@@ -43,6 +48,7 @@ class Budget:
         self._last_hits: list[int] = []
         self._last_extra: dict[str, int] = {}
         self.last_pct = 0.0
+        self.fixed_pct = 0.0    # costs no step can lower (the stack sampler's CPU), % of wall time
 
     def reset(self) -> None:
         """Forget the current window (after a sample window whose cost is planned)."""
@@ -75,9 +81,9 @@ class Budget:
             per_cat[name] = max(0, cum - self._last_extra.get(name, cum))
         self._last_ts, self._last_hits = now_s, list(hits)
         self._last_extra = {k: v for k, (v, _) in extra.items()}
-        total_pct = 100 * sum(per_cat.values()) / (dt * 1e9)
+        total_pct = 100 * sum(per_cat.values()) / (dt * 1e9) + self.fixed_pct
         self.last_pct = total_pct
-        if total_pct <= self.max_pct:
+        if total_pct <= self._limit(modes):
             return None
         candidates = [(v, c) for c, v in per_cat.items() if v > 0 and
                       (extra[c][1] if isinstance(c, str) else modes.get(c, "timed") != "off")]
@@ -87,5 +93,13 @@ class Budget:
         cat_pct = 100 * v / (dt * 1e9)
         if isinstance(cat, str):
             return Decision(cat, total_pct, cat_pct, "windowed")
-        fits = modes.get(cat, "timed") == "timed" and total_pct - cat_pct * (1 - COUNT_KEEPS) <= self.max_pct
+        fits = modes.get(cat, "timed") == "timed" and \
+            total_pct - cat_pct * (1 - COUNT_KEEPS) <= self.max_pct * (1 - WINDOW_SHARE)
         return Decision(cat, total_pct, cat_pct, "count" if fits else "off")
+
+    def _limit(self, modes: dict[int, str]) -> float:
+        """What the steady costs may use: the whole budget while everything is timed; once a
+        category is estimated, what its re-timing windows leave (else probes, sampler and
+        windows together ran at 6-8% under a 5% budget on tianshou DQN)."""
+        estimated = any(m != "timed" for m in modes.values())
+        return self.max_pct * ((1 - WINDOW_SHARE) if estimated else 1.0)

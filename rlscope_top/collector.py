@@ -20,7 +20,7 @@ from .probes import frameworks as FW
 from .probes.stack_sampler import StackSampler
 from .probes import loader as L
 from .probes.loader import BccUnavailable, OpCounters, ProbeSet, ThreadCounters
-from .budget import FIRST_WINDOW_S, WINDOW_S, Budget
+from .budget import FIRST_WINDOW_S, WINDOW_S, WINDOW_SHARE, Budget
 from .ring import RecordTooLarge, RingWriter
 from .thread_fold import ExitedThreads, fold_all
 from .target import command_line, is_alive, thread_name, thread_running
@@ -32,7 +32,7 @@ MIN_WINDOW_S = 0.1      # ... shorter where it costs more, so that windows come 
 MIN_SAMPLE_PERIOD_S = 2.0   # ... at most this often (further apart when it costs more) ...
 SAMPLE_JITTER = 0.5     # ... at a random offset of up to +-50% of the period, so that windows
                         # land on every phase of a loop, not always on the same one
-SAMPLE_SHARE = 0.35     # share of the budget the sample windows may use
+SAMPLE_SHARE = WINDOW_SHARE   # share of the budget the sample windows may use
 META_PERIOD_S = 10.0    # late readers find a meta record within this
 SAMPLER_WINDOW_S = 5.0  # the stack sampler's CPU is checked over this ...
 SAMPLER_SHARE = 0.5     # ... against this share of the overhead budget (% of one core)
@@ -314,7 +314,8 @@ class Collector:
                                "The category breakdown is unaffected.")
 
     def _sampler_budget(self, smp) -> None:
-        """Every 5 s: austin above half the overhead budget (% of one core) halves its rate."""
+        """Every 5 s: austin's CPU goes into the budget's total; above half the budget (% of one
+        core) it halves its rate."""
         now, cpu = time.monotonic(), smp.cpu_s()
         if cpu is None or smp.ended:
             return
@@ -323,6 +324,8 @@ class Collector:
             return
         self._smp_window = (now, cpu)
         pct = 100 * (cpu - c0) / (now - t0) if t0 else 0.0
+        if t0:
+            self.budget.fixed_pct = pct           # in the budget's total: no step lowers it
         if t0 and pct > SAMPLER_SHARE * self.budget.max_pct and smp.hz > MIN_SAMPLE_HZ:
             hz = max(MIN_SAMPLE_HZ, smp.hz / 2)
             self.note("warn", f"stack sampler used {pct:.1f}% of a core > {SAMPLER_SHARE * self.budget.max_pct:g}%: "

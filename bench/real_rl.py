@@ -1,0 +1,194 @@
+"""Real RL programs from the registry, attached as a user would (issue 12): tianshou 2.0.1 DQN
+and rl-zoo3 2.9.2 PPO on CartPole, run unchanged (a shim counts CartPole steps into shared
+memory: the program's own progress rate is the slowdown).
+
+One long-running training process per program. Between unattached stretches, `rlscope-top
+attach --headless --duration S` runs SESSIONS times with default settings, then with
+`--max-overhead 100` (exact). For each session: the category shares, how far default mode is
+from the exact session's shares, the overhead the tool reported, and the slowdown measured
+from the step rate (attached, against the unattached stretches on both sides).
+
+usage: sudo .venv/bin/python bench/real_rl.py [--program tianshou|zoo]... [--sessions 5]
+       [--seconds 10] [--write]      (needs `pip install -e '.[rl]'`)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import mmap
+import os
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+PY = sys.executable
+CATS = ("python", "backend", "simulator", "cuda_api")
+PROGRAMS = {
+    "tianshou": ("tianshou 2.0.1 DQN CartPole-v1", [os.path.join(HERE, "workloads", "tianshou_dqn.py")]),
+    "zoo": ("rl-zoo3 2.9.2 PPO CartPole-v1", ["-m", "rl_zoo3.train", "--algo", "ppo", "--env", "CartPole-v1",
+                                              "-n", "100000000", "--seed", "0", "--eval-freq", "-1",
+                                              "--device", "cpu", "--log-interval", "-1"]),
+}
+
+
+class Steps:
+    """The target's CartPole step count, sampled every 0.1 s."""
+
+    def __init__(self, path: str):
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        os.ftruncate(fd, 8)
+        self.m = mmap.mmap(fd, 8)
+        self.samples: list[tuple[int, int]] = []
+        self.stop = threading.Event()
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def now(self) -> int:
+        return struct.unpack_from("q", self.m, 0)[0]
+
+    def _run(self) -> None:
+        while not self.stop.wait(0.1):
+            self.samples.append((time.monotonic_ns(), self.now()))
+
+    def rate(self, t0: int, t1: int) -> float:
+        """Steps per second between two CLOCK_MONOTONIC instants."""
+        inside = [s for s in self.samples if t0 <= s[0] <= t1]
+        if len(inside) < 2:
+            return float("nan")
+        (a, na), (b, nb) = inside[0], inside[-1]
+        return (nb - na) / ((b - a) / 1e9)
+
+
+def _shares(s: dict) -> dict:
+    tot = sum(s["totals"].get(f"{c}_s") or 0.0 for c in CATS)
+    return {c: 100 * (s["totals"].get(f"{c}_s") or 0.0) / tot if tot else float("nan") for c in CATS}
+
+
+def _timed_run(argv: list[str], cwd: str) -> subprocess.CompletedProcess:
+    """Run the monitor; ``cpu_s`` is the CPU it and its children (austin) used once attached
+    (its BPF compile before that is not the session's)."""
+    p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=cwd)
+    err, c0 = [], None
+    for line in p.stderr:
+        err.append(line)
+        if c0 is None and "attached to PID" in line:
+            c0 = _tree_cpu(p.pid)
+        c1 = _tree_cpu(p.pid) if c0 is not None else None
+    p.wait(timeout=300)
+    m = subprocess.CompletedProcess(argv, p.returncode, "", "".join(err))
+    m.cpu_s = (c1 - c0) if c0 is not None and c1 is not None else float("nan")
+    return m
+
+
+def _tree_cpu(pid: int) -> float | None:
+    try:
+        import psutil  # noqa: PLC0415
+
+        pr = psutil.Process(pid)
+        procs = [pr, *pr.children(recursive=True)]
+        return sum(sum(x.cpu_times()[:2]) for x in procs)
+    except Exception:
+        return None
+
+
+def _session(pid: int, steps: Steps, tmp: str, seconds: float, gap: float, extra: list[str], i: int) -> dict:
+    u0 = time.monotonic_ns()
+    time.sleep(gap)
+    u1 = time.monotonic_ns()
+    summary = os.path.join(tmp, f"s{i}.json")
+    m = _timed_run([PY, "-m", "rlscope_top.cli", "attach", str(pid), "--headless", "--duration", str(seconds),
+                        "--summary", summary, *extra], tmp)
+    if m.returncode != 0:
+        raise RuntimeError(f"rlscope-top exited {m.returncode}: {m.stderr[-800:]}")
+    with open(summary) as f:
+        s = json.load(f)
+    w0, w1 = s["window"]["t0_monotonic_ns"], s["window"]["t1_monotonic_ns"]
+    time.sleep(gap)
+    after = steps.rate(w1 + int(0.5e9), time.monotonic_ns())
+    unattached = statistics.mean([steps.rate(u0, u1), after])
+    attached = steps.rate(w0 + int(0.5e9), w1)        # past the first half second's budget decisions
+    return {"mode": "exact" if "--max-overhead" in extra else "default", "shares": _shares(s),
+            "self_pct": s["overhead"]["estimated_pct"], "measured_pct": 100 * (1 - attached / unattached),
+            "rate_unattached": unattached, "rate_attached": attached, "modes": s["budget"]["modes"],
+            "negatives": [k for k, v in s["totals"].items() if isinstance(v, (int, float)) and v < 0],
+            "by_source_s": s["overhead"]["by_source_s"], "wall_s": s["totals"]["wall_s"],
+            "samples": s["budget"]["samples"], "monitor_cpu_s": round(m.cpu_s, 2)}
+
+
+def run_program(key: str, sessions: int, seconds: float, gap: float, args: list[str] = ()) -> list[dict]:
+    """Start the program once, attach ``sessions`` times by default and once exact."""
+    name, argv = PROGRAMS[key]
+    with tempfile.TemporaryDirectory() as tmp:
+        counter = os.path.join(tmp, "steps")
+        steps = Steps(counter)
+        t = subprocess.Popen([PY, os.path.join(HERE, "workloads", "count_steps.py"), counter, *argv],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp)
+        try:
+            end = time.monotonic() + 120
+            while steps.now() < 2000 and time.monotonic() < end:
+                time.sleep(0.5)
+            if steps.now() < 2000:
+                raise RuntimeError(f"{name}: no training progress in 120 s")
+            time.sleep(5.0)                              # past start-up (replay warm-up, first updates)
+            rows = [_session(t.pid, steps, tmp, seconds, gap, list(args), i) for i in range(sessions)]
+            rows.append(_session(t.pid, steps, tmp, seconds, gap, ["--max-overhead", "100"], sessions))
+        finally:
+            steps.stop.set()
+            t.kill()
+            t.wait()
+    exact = rows[-1]["shares"]
+    for r in rows:
+        r["program"] = name
+        r["vs_exact_pp"] = max(abs(r["shares"][c] - exact[c]) for c in CATS)
+    return rows
+
+
+def table(rows: list[dict]) -> list[str]:
+    out = ["| program | session | Python / Backend / Simulator % | max diff from exact, pp | self-reported overhead % "
+           "| measured slowdown % (step rate) | self / measured | budget modes |",
+           "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        sh = r["shares"]
+        ratio = r["self_pct"] / r["measured_pct"] if r["measured_pct"] > 0.5 else float("nan")
+        out.append(f"| {r['program']} | {r['mode']} | {sh['python']:.1f} / {sh['backend']:.1f} / {sh['simulator']:.1f} "
+                   f"| {r['vs_exact_pp']:.1f} | {r['self_pct']:.1f} | {r['measured_pct']:.1f} | {ratio:.2f} "
+                   f"| {r['modes'] or '-'} |")
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--program", choices=sorted(PROGRAMS), action="append")
+    ap.add_argument("--sessions", type=int, default=5)
+    ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--gap", type=float, default=6.0, help="unattached seconds before and after each session")
+    ap.add_argument("--args", default="", help="more rlscope-top arguments for the default sessions")
+    ap.add_argument("--write", action="store_true", help="write the table to docs/accuracy.md")
+    a = ap.parse_args()
+    rows = []
+    for key in a.program or ["tianshou", "zoo"]:
+        got = run_program(key, a.sessions, a.seconds, a.gap, a.args.split())
+        for r in got:
+            print(json.dumps(r), flush=True)
+        rows += got
+    lines = table(rows)
+    print("\n".join(lines))
+    if a.write:
+        sys.path.insert(0, HERE)
+        from docsection import replace_section  # noqa: PLC0415
+
+        replace_section(os.path.join(REPO, "docs", "accuracy.md"), "## Real RL programs: default against exact",
+                        [f"`sudo .venv/bin/python bench/real_rl.py --write` ({a.sessions} default sessions and one "
+                         f"exact, {a.seconds:g} s each, {a.gap:g} s unattached on both sides; one training process "
+                         "per program, run unchanged; the slowdown is 1 - attached / unattached CartPole step rate, "
+                         "from the half second after the summary's window opens).", "", *lines])
+
+
+if __name__ == "__main__":
+    main()
