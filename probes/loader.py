@@ -208,6 +208,7 @@ class ProbeSet:
         self.groups: dict[str, str] = {}          # group -> library path
         self._tried: set[tuple[int, str]] = set()
         self.modes: dict[int, str] = {}           # category -> timed | count | off
+        self._offsets: dict[tuple, int] = {}      # (library, symbol, offset) -> file offset
         self._events: list[tuple] = []
         self._drain_until = 0.0
         self.bpf = None
@@ -405,9 +406,18 @@ class ProbeSet:
         off = 0 if a.spec.kind == PAIR else a.offset
         fn = self.bpf.load_func(generic_fn(a.spec, part), self._bcc.BPF.KPROBE,
                                 attach_type=uprobe_multi.BPF_TRACE_UPROBE_MULTI)
-        _, file_off = self._bcc.BPF._check_path_symbol(a.root_path.encode(), a.spec.symbol.encode(), None, -1, off)
+        file_off = self._file_offset(a.root_path, a.spec.symbol, off)
         cookie = a.id | (a.spec.category & 3) << 16
         a.parts[part] = ("link", uprobe_multi.link(fn.fd, a.root_path, file_off, ret, self.pid, cookie))
+
+    def _file_offset(self, path: str, symbol: str, off: int) -> int:
+        """A symbol's file offset, resolved once: every re-timing window attaches again, and
+        bcc reads the library's whole symbol table each time (libtorch_cpu.so: ~10% of a core
+        of monitor CPU at one window every ~2 s)."""
+        key = (path, symbol, off)
+        if key not in self._offsets:
+            self._offsets[key] = self._bcc.BPF._check_path_symbol(path.encode(), symbol.encode(), None, -1, off)[1]
+        return self._offsets[key]
 
     def _detach(self, a: Attached, part: str) -> None:
         if part not in a.parts:
