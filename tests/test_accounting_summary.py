@@ -137,3 +137,28 @@ def test_a_summary_that_cannot_be_written_goes_to_the_temp_directory(tmp_path, m
     assert path.startswith(str(tmp_path)) and "rlscope-top-42-" in path
     assert json.loads(open(path).read()) == doc
     assert S.write_safely(doc, str(tmp_path / "ok.json"), 42) == (str(tmp_path / "ok.json"), None)
+
+
+def test_churned_threads_count_once_and_the_accounting_stays_bounded():
+    """1009 native threads, each seen alive once (1 ms on CPU) and then exited (3 ms in all),
+    folded by the collector's own ExitedThreads: their time counts once (a thread's last live
+    record used to stay beside its folded final figures: 1009 x 1 ms too much), and the
+    accounting holds the rows of one record, not one per thread ever seen."""
+    from streams import _thread, _trans, meta_record
+    from rlscope_top import records as R
+    from rlscope_top.thread_fold import ExitedThreads
+    main = _thread(1, True, [[10 * MS, 0], [0, 0], [0, 0], [0, 0]], [0, 0, 0, 0], _trans())
+    ex, recs, ts = ExitedThreads(), [meta_record({"torch": ["/x"]})], 1000 * MS
+    for i in range(1009):
+        tid = 1000 + i
+        alive = _thread(tid, False, [[0, 0], [1 * MS, 0], [0, 0], [0, 0]], [0, 1, 0, 0], _trans())
+        ts += MS
+        recs.append(R.counters(ts, [main, alive, *ex.rows()], [0]))
+        ex.add(_thread(tid, False, [[0, 0], [3 * MS, 0], [0, 0], [0, 0]], [0, 1, 0, 0], _trans(), exited=True))
+    ts += MS
+    recs.append(R.counters(ts, [main, *ex.rows()], [0]))
+    a = Accounting()
+    a.feed(recs)
+    native = sum(th["ns"][1][0] for th in a.threads.values() if not th["py"])
+    assert native == 1009 * 3 * MS
+    assert len(a.threads) <= 1 + 16 + 2
