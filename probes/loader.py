@@ -552,11 +552,15 @@ class ProbeSet:
         return out
 
     def forget(self, tid: int) -> None:
-        """Drop the kernel state of an exited thread once it has been read."""
-        try:
-            del self.bpf["threads"][ct.c_uint(tid)]
-        except KeyError:
-            pass
+        """Drop the state of an exited thread once it has been read: its counters and its
+        sampled operations, in the kernel and here (a churning program makes thousands)."""
+        for name in ("threads", "sop"):
+            try:
+                del self.bpf[name][ct.c_uint(tid)]
+            except KeyError:
+                pass
+        self._sop.pop(tid, None)
+        self._sop_seq.pop(tid, None)
 
     def events(self, budget_s: float = DRAIN_BUDGET_S) -> list[tuple]:
         """Drain the BPF ring buffer: (kind, ts, tid, name, category) tuples, for at most

@@ -109,6 +109,10 @@ class StackSampler:
             new.ended = True
         return new
 
+    def forget(self, tid: int) -> None:
+        """A thread exited: drop what was kept for it."""
+        self._cur.pop(tid, None)
+
     def current(self, tid: int) -> int:
         """The operation id a thread had at its latest sample (0 none)."""
         return self._cur.get(tid, 0)

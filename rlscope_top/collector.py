@@ -397,6 +397,8 @@ class Collector:
             self._aops[tc.tid] = tc.aop
             if tc.exited:                 # its last figures; the record stays bounded (thread_fold)
                 self.probes.forget(tc.tid)
+                if self.sampler is not None:
+                    self.sampler.forget(tc.tid)
                 self._threads.pop(tc.tid, None)
                 self._names.pop(tc.tid, None)
                 self._aops.pop(tc.tid, None)
