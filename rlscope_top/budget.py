@@ -9,8 +9,10 @@ before). It goes straight to off when counting alone would still be over budget.
 Steps are never undone within a session.
 
 The stack sampler's own CPU counts too (``fixed_pct``: no step lowers it; it halves its own
-rate when it uses more than half the budget), and once a category is estimated its re-timing
-windows keep WINDOW_SHARE of the budget, so the steady costs must fit in the rest.
+rate when it uses more than half the budget). Choosing between count and off, the costs that
+stay must leave WINDOW_SHARE of the budget to the re-timing windows. (Holding every later
+step to that stricter line stepped a ~3%-cost simulator down too on the phased trainer, and
+its estimate then missed by 17 pp: further steps use the whole budget.)
 
 Sources outside the probes (the GPU agent: its buffer callbacks and CUPTI's own cost
 per traced activity) are priced in the same window and may be the one made cheaper
@@ -83,7 +85,7 @@ class Budget:
         self._last_extra = {k: v for k, (v, _) in extra.items()}
         total_pct = 100 * sum(per_cat.values()) / (dt * 1e9) + self.fixed_pct
         self.last_pct = total_pct
-        if total_pct <= self._limit(modes):
+        if total_pct <= self.max_pct:
             return None
         candidates = [(v, c) for c, v in per_cat.items() if v > 0 and
                       (extra[c][1] if isinstance(c, str) else modes.get(c, "timed") != "off")]
@@ -96,10 +98,3 @@ class Budget:
         fits = modes.get(cat, "timed") == "timed" and \
             total_pct - cat_pct * (1 - COUNT_KEEPS) <= self.max_pct * (1 - WINDOW_SHARE)
         return Decision(cat, total_pct, cat_pct, "count" if fits else "off")
-
-    def _limit(self, modes: dict[int, str]) -> float:
-        """What the steady costs may use: the whole budget while everything is timed; once a
-        category is estimated, what its re-timing windows leave (else probes, sampler and
-        windows together ran at 6-8% under a 5% budget on tianshou DQN)."""
-        estimated = any(m != "timed" for m in modes.values())
-        return self.max_pct * ((1 - WINDOW_SHARE) if estimated else 1.0)

@@ -35,18 +35,14 @@ def test_waits_for_a_full_window_and_skips_categories_already_off():
     assert d.category == 2
 
 
-def test_once_a_category_is_estimated_its_windows_keep_a_share_of_the_budget():
+def test_count_is_chosen_only_when_it_leaves_room_for_the_windows():
     b = Budget(5.0)
     b.update(0.0, [0, 0, 0], PROBES, {})
     d = b.update(1.0, [40_000, 40_000, 1_000], PROBES, {})             # 8% backend: counting keeps 4.2%
     assert d.category == 1 and d.mode == "off"                         # > 65% of 5%: off, not count
     b = Budget(5.0)
-    b.update(0.0, [0, 0, 0], PROBES, {1: "count"})
-    d = b.update(1.0, [40_000, 0, 3_000], PROBES, {1: "count"})        # counting: 4% + 0.6% sim, under 5% ...
-    assert d is not None and d.category == 1                           # ... but not under the 3.25% left
-    b = Budget(5.0)
-    b.update(0.0, [0, 0, 0], PROBES, {1: "count"})
-    assert b.update(1.0, [0, 0, 9_000], PROBES, {1: "count"}) is None   # 1.8%: room for the windows
+    b.update(0.0, [0, 0, 0], PROBES, {1: "off"})
+    assert b.update(1.0, [0, 0, 17_000], PROBES, {1: "off"}) is None   # 3.4% simulator: under 5%, no step
 
 
 def test_the_samplers_cpu_counts_in_the_total():
