@@ -131,7 +131,8 @@ class GpuSource:
 
     def _basis_start(self, now: Snap) -> Snap:
         """The newest snap at least BASIS_S old: an older one may reach back into a stretch
-        before the job started launching (seen: a 5-tick basis put the first estimate 8% low)."""
+        before the job started launching. (It did not move the stand-in's error measurably;
+        opening the first window at once did: this basis now covers one tick.)"""
         old = [s for s in self._recent if now.ns - s.ns >= BASIS_S * 0.9e9]
         return old[-1] if old else (self._recent[0] if self._recent else now)
 
@@ -181,13 +182,10 @@ class GpuSource:
         r = self.region
         if r is not None and self.win.on and self.win.open is None:
             self.win.gap(self._snap(time.monotonic_ns()))   # the stretch since the last tick
-        if r is not None and self.win.open is not None and is_alive(self.pid):
-            try:
-                self.win.closed(self._stop_window())  # a window cut short still counts
-            except gpu_region.RegionError:
-                pass
         if r is not None and is_alive(self.pid):       # a process that is gone flushed at its exit
             try:
+                if self.win.open is not None:
+                    self.win.closed(self._stop_window())   # a window cut short still counts
                 if r.tracing and not r.command(gpu_region.CMD_STOP, STOP_WAIT_S):
                     self.col.note("warn", "the GPU agent did not stop in time: its last records may be missing")
             except gpu_region.RegionError:
