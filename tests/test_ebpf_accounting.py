@@ -86,12 +86,16 @@ def test_corrected_shares_within_2pp(ebpf, target, monitor, tmp_path, simlib, ca
     assert s["calls"]["backend"] > 20_000
 
 
+@pytest.mark.quiet
 def test_correction_removes_most_of_the_error_on_many_small_ops(ebpf, target, monitor, tmp_path, simlib,
                                                                 calibration_file):
     """~39k tiny torch calls/s: raw shares are off by ~6 pp; corrected ones by ~1 in the median
     of three sessions (docs/accuracy.md). One session alone was seen off by 4.5 and 5.6 pp (the
     per-hit cost moves with the machine's state, both ways), so no single one decides; each
-    must still be nearer the truth than its raw shares."""
+    must still be nearer the truth than its raw shares.
+    Needs a quiet machine: with one busy loop per core (scripts/test-under-load.sh) the median
+    went 7.0 -> 5.3 pp, not half: a target preempted between its calls pays a per-hit cost the
+    quiet calibration does not describe, and its unprobed reference slows unevenly."""
     errs, raws = [], []
     for i in range(3):
         (tmp_path / str(i)).mkdir()
@@ -123,7 +127,7 @@ def test_budget_switches_the_hot_set_and_sources_say_so(ebpf, target, monitor, t
 def test_budget_off_mode_samples_and_estimates_stay_close(ebpf, target, monitor, tmp_path, simlib, calibration_file):
     s, truth, m = _run(target, monitor, tmp_path, simlib,
                        ("--py-iters", 400, "--sim-us", 200, "--ops", 10, "--op-size", 16),
-                       "--duration", "14", "--max-overhead", "3", env={"RLSCOPE_CALIBRATION": calibration_file},
+                       "--duration", "14", "--max-overhead", "1", env={"RLSCOPE_CALIBRATION": calibration_file},
                        unprobed_s=2.0)
     assert s["budget"]["modes"]["backend"] == "off" and s["budget"]["samples"]["backend"] >= 1, s["budget"]
     assert s["sources"]["calls.backend"] == "estimated"

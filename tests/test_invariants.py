@@ -10,16 +10,16 @@ the estimates are exercised.
 
 from __future__ import annotations
 
-import math
 import random
 
-import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from rlscope_top import records as R
 from rlscope_top import summary as S
-from rlscope_top.accounting import CATEGORIES, Accounting
+from rlscope_top.accounting import Accounting
 from rlscope_top.engine import Engine
+
+from invariants import check_summary
 
 MS = 1_000_000
 T0 = 1000 * MS
@@ -93,53 +93,13 @@ def _grow_ops(rnd, c: dict, ops: dict, names: list) -> None:
                 ops[o][i][k] += max(0, int(left * rnd.random() / len(names)))
 
 
-def _check_figures(fig: dict, where: str) -> None:
-    for k, v in fig.items():
-        if isinstance(v, (int, float)) and not isinstance(v, bool):
-            assert v >= 0 and math.isfinite(v), (where, k, v)
-
-
-def _check(doc: dict) -> None:
-    t = doc["totals"]
-    _check_figures(t, "totals")
-    estimating = [c for c, e in doc["estimates"].items() if e["state"] == "estimating"]
-    for c in estimating:                       # no window yet: n/a, and Python with it, never a number
-        assert t[f"{c}_s"] is None and t["python_s"] is None and doc["shares"][c] is None
-    cats = [t[f"{c}_s"] for c in CATEGORIES if t[f"{c}_s"] is not None]
-    if not estimating:
-        assert sum(cats) == pytest.approx(t["on_cpu_s"] + t["off_cpu_s"], abs=1e-5), t
-    shares = [v for v in doc["shares"].values() if v is not None]
-    assert all(0 <= v <= 1 for v in shares), doc["shares"]
-    if shares and not estimating:
-        assert sum(shares) == pytest.approx(1.0, abs=1e-4) or sum(cats) == 0
-    for c, sp in doc["split"].items():
-        _check_figures(sp, f"split.{c}")
-    for name, op in doc["operations"].items():
-        _check_figures({k: v for k, v in op.items() if not isinstance(v, dict)}, f"op {name}")
-        for c, v in (op.get("shares") or {}).items():
-            assert v is None or 0 <= v <= 1 + 1e-9, (name, c, v)
-    rows = [op for n, op in doc["operations"].items() if n != "<all>" and "wall_s" in op]
-    if rows and not estimating:
-        assert sum(op["wall_s"] for op in rows) == pytest.approx(sum(cats), abs=1e-4)
-    for th in doc["threads"]:
-        _check_figures(th, f"thread {th['tid']}")
-        parts = [th[k] for k in ("python_s", "native_s", "backend_s", "simulator_s", "cuda_api_s") if th.get(k) is not None]
-        assert sum(parts) == pytest.approx(th["on_cpu_s"] + th["off_cpu_s"], abs=1e-5), th
-        assert (th["python_s"] is None) == (not th["python_thread"])
-    for part in ("critical_path", "cpu_s"):
-        _check_figures({k: v for k, v in doc["job"][part].items() if v is not None}, f"job.{part}")
-    for c, e in doc["estimates"].items():
-        assert e["bound_pp"] is None or e["bound_pp"] >= 0
-        assert e["windows"] >= 1 and e["state"] in ("ok", "estimating")
-
-
 @settings(max_examples=N_STREAMS // 2, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(streams())
 def test_summaries_of_random_streams_hold_the_invariants(recs):
     a = Accounting()
     a.feed(recs)
-    _check(S.build(a))
+    check_summary(S.build(a))
 
 
 @st.composite

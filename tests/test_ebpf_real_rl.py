@@ -1,0 +1,111 @@
+"""Real RL programs from the registry, attached as a user would (issue 12, item 7): tianshou
+2.0.1 DQN and rl-zoo3 2.9.2 (SB3) PPO on CartPole, run unchanged, default settings.
+
+The known answer for these programs is the exact-mode bench (bench/real_rl.py); here the
+claims are the ones that must hold on any program: no impossible values (the same invariants
+as the property test), the categories add up, the Python training thread is found and
+classed as Python, torch is probed, gymnasium's step is found as `simulation`, and the
+target is still training after the monitor leaves. envpool's native threads are in
+test_ebpf_envpool.py.
+
+Readiness is the program's own progress (CartPole steps counted into a shared file by
+bench/workloads/count_steps.py), never a sleep; the session lasts a number of steps, so a
+busy machine makes it longer, not emptier.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import mmap
+import os
+import struct
+import sys
+import time
+
+import pytest
+
+from conftest import REPO, load_summary, stop
+from invariants import check_summary
+
+pytestmark = pytest.mark.ebpf
+
+WORKLOADS = REPO / "bench" / "workloads"
+PROGRAMS = {
+    "tianshou-dqn": [str(WORKLOADS / "tianshou_dqn.py")],
+    "rl-zoo3-ppo": ["-m", "rl_zoo3.train", "--algo", "ppo", "--env", "CartPole-v1", "-n", "100000000",
+                    "--seed", "0", "--eval-freq", "-1", "--device", "cpu", "--log-interval", "-1"],
+}
+WARM_STEPS = 2003          # past start-up (imports, replay warm-up) before attaching
+SESSION_STEPS = 3001       # CartPole steps the program makes while attached
+MIN_SESSION_S = 4.0        # and at least this long, so the stack sampler names operations
+
+
+@pytest.fixture
+def rl_installed():
+    """tianshou and rl-zoo3 (the `test` extra). Missing: skip, unless RLSCOPE_REQUIRE_RL=1 (.ci/run)."""
+    missing = [m for m in ("tianshou", "rl_zoo3") if importlib.util.find_spec(m) is None]
+    if missing:
+        why = f"not installed: {', '.join(missing)} (pip install -e '.[test]', or scripts/setup.sh)"
+        if os.environ.get("RLSCOPE_REQUIRE_RL") == "1":
+            pytest.fail(f"RLSCOPE_REQUIRE_RL=1 but {why}")
+        pytest.skip(why)
+
+
+class Steps:
+    """The program's CartPole step count, read from the shim's shared file."""
+
+    def __init__(self, path):
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        os.ftruncate(fd, 8)
+        self.m = mmap.mmap(fd, 8)
+        os.close(fd)
+
+    def now(self) -> int:
+        return struct.unpack_from("q", self.m, 0)[0]
+
+    def wait_for(self, n: int, proc, timeout: float = 240.0) -> None:
+        end = time.monotonic() + timeout
+        while self.now() < n:
+            assert proc.p.poll() is None, f"the program exited ({proc.p.returncode}): {proc.stderr_text[-2000:]}"
+            assert time.monotonic() < end, f"only {self.now()} of {n} steps in {timeout:.0f} s"
+            time.sleep(0.05)
+
+
+def _start(spawn, tmp_path, key: str):
+    steps = Steps(tmp_path / "steps")
+    argv = [sys.executable, str(WORKLOADS / "count_steps.py"), str(tmp_path / "steps"), *PROGRAMS[key]]
+    proc = spawn(argv, cwd=str(tmp_path))
+    steps.wait_for(WARM_STEPS, proc)
+    return proc, steps
+
+
+def _attached_session(monitor, proc, steps) -> dict:
+    m, summary = monitor(proc.pid)
+    t0, n0 = time.monotonic(), steps.now()
+    steps.wait_for(n0 + SESSION_STEPS, proc)
+    while time.monotonic() - t0 < MIN_SESSION_S:
+        steps.wait_for(steps.now() + 1, proc)
+    assert stop(m) == 0, m.stderr_text
+    return load_summary(summary)
+
+
+@pytest.mark.parametrize("key", sorted(PROGRAMS))
+def test_real_rl_program_gets_sane_bounded_numbers(ebpf, rl_installed, spawn, monitor, tmp_path, key):
+    proc, steps = _start(spawn, tmp_path, key)
+    s = _attached_session(monitor, proc, steps)
+
+    check_summary(s)                                    # no negatives, categories add up, n/a is None
+    t = s["totals"]
+    main = next(r for r in s["threads"] if r["tid"] == proc.pid)
+    assert main["python_thread"] and main["python_s"] > 0, main
+    assert t["wall_s"] > 0 and (t["python_s"] is None or 0 < t["python_s"] <= t["on_cpu_s"] + t["off_cpu_s"])
+    assert s["calls"]["backend"] > 0 or s["budget"]["modes"].get("backend") == "off", s["calls"]
+    assert "torch" in s["probes"]["attached"], s["probes"]["attached"].keys()
+    sim = s["operations"].get("simulation")
+    assert sim and sim["source"] == "sampled" and sim["samples"] > 0 and sim["wall_s"] > 0, s["operations"].keys()
+    assert 0 < sim["share"] < 1, sim
+    assert s["totals"]["simulator_s"] > 0               # Python inside gymnasium's step counts as Simulator
+    assert s["overhead"]["estimated_pct"] is not None and s["overhead"]["estimated_pct"] >= 0
+
+    n = steps.now()                                     # the monitor left; the program trains on
+    steps.wait_for(n + 101, proc)
