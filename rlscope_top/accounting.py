@@ -53,6 +53,7 @@ class Accounting:
         self.engine: Engine | None = None        # only with --timeline
         self.ops: dict[int, dict] = {}           # op id -> latest cumulative operation record
         self.sampler: dict | None = None         # the stack sampler's latest state, when one runs
+        self.cost: dict | None = None            # cost_meter readings: target system time, monitor CPU, idle
         self.event_drops = 0                     # events the kernel's buffer had no room for
         self.gpu = GpuView()                     # GPU records (rlscope_top/gpu_accounting.py)
 
@@ -75,6 +76,8 @@ class Accounting:
                     self.ops[o["id"]] = o
                 if "sampler" in r:
                     self.sampler = r["sampler"]
+                if "cost" in r:
+                    self.cost = r["cost"]
                 self.event_drops = r.get("event_drops", self.event_drops)
             elif t == R.INTERVALS:
                 for tid, kind, name, t0, t1 in r["items"]:

@@ -19,6 +19,7 @@ from .probes import ann_region, catalog
 from .probes import frameworks as FW
 from .probes.stack_sampler import StackSampler
 from .probes import loader as L
+from .cost_meter import CostMeter
 from .probes.loader import BccUnavailable, OpCounters, ProbeSet, ThreadCounters
 from .budget import FIRST_WINDOW_S, WINDOW_S, WINDOW_SHARE, Budget
 from .ring import RecordTooLarge, RingWriter
@@ -71,6 +72,7 @@ class Collector:
         self._sampler_reported = False
         self._aops: dict[int, int] = {}          # tid -> annotated op at the latest read
         self._smp_window = (0.0, 0.0)            # (monotonic s, sampler CPU s) at the window start
+        self.cost = CostMeter(pid)               # kernel time and CPU the probes' calibration does not see
 
     def note(self, level: str, msg: str) -> None:
         """A notice: to the user (stderr, unless the screen owns the terminal) and to the ring."""
@@ -80,6 +82,7 @@ class Collector:
     # -- lifecycle ---------------------------------------------------------
     def start(self) -> None:
         """Compile, attach and begin counting. Raises typed errors with hints."""
+        self.cost.before_attach()                # the compile below is the target's unprobed stretch
         try:
             self.probes.load()
         except BccUnavailable as e:
@@ -94,6 +97,7 @@ class Collector:
             self.probes.stop()
             raise AttachError(f"cannot attach probes to PID {self.pid}: {_last_line(e)}", pid=self.pid,
                               hint="check `rlscope-top doctor`; tracefs must be mounted and you must be root") from None
+        self.cost.begin()
         self._last_scan = self._last_meta = time.monotonic()
         self.probes.set_ranges(self.probes.category_ranges())
         self._find_annotations()
@@ -409,6 +413,9 @@ class Collector:
                          self.budget.last_pct, ops=self._op_records(ops))
         if self.probes.timeline:
             rec["event_drops"] = self.probes.event_drops()
+        cost = self.cost.read()
+        if cost is not None:
+            rec["cost"] = cost
         if self.sampler is not None:
             smp = self.sampler
             rec["sampler"] = {"hz": smp.hz, "samples": smp.total, "invalid": smp.invalid, "cpu_s": smp.cpu_s(),

@@ -260,15 +260,31 @@ def build(acct: Accounting, *, ring_path: str = "", dropped: int = 0, detach_s: 
 def _overhead_by_source(acct: Accounting) -> dict[str, float]:
     """What profiling costs the target, in seconds, by where it comes from: the probes'
     calibrated cost; the scheduler probe (calibrated cost per context switch of the target's
-    threads); the stack sampler (austin's CPU time: a core the machine does not have for
+    threads); measured kernel time and monitor CPU beyond those (`_measured_extra_s`); the stack sampler (austin's CPU time: a core the machine does not have for
     the job); the GPU agent's buffer callbacks; and CUPTI's own cost per traced activity
     (gpu_source.CUPTI_NS_PER_ACTIVITY)."""
     agent = (acct.gpu.latest or {}).get("agent") or {}
     cb, total = agent.get("callback_ns", 0), agent.get("cost_ns", 0)
     switches = sum(th.get("sw", 0) for th in acct.threads.values())
     sampler = (acct.sampler or {}).get("cpu_s") or 0.0
-    return {"probes": acct.estimated_overhead_s(), "scheduler": switches * acct.meta.get("switch_ns", 0) / 1e9,
+    probes, sched = acct.estimated_overhead_s(), switches * acct.meta.get("switch_ns", 0) / 1e9
+    kernel, contention = _measured_extra_s(acct.cost, acct.duration_s, probes + sched)
+    return {"probes": probes, "scheduler": sched, "kernel_extra": kernel, "contention": contention,
             "sampler": sampler, "gpu_agent": cb / 1e9, "cupti": max(0, total - cb) / 1e9}
+
+
+def _measured_extra_s(cost: dict | None, wall_s: float, explained_s: float) -> tuple[float, float]:
+    """What rlscope_top/cost_meter.py measured beyond the calibrated figures, in seconds:
+    the target's extra system time (over its pre-attach rate) that the probes' and the
+    scheduler probe's calibrated cost does not explain; and the monitor's CPU that the
+    machine's idle CPU could not have given it (a busy machine: it came out of the job)."""
+    if not cost:
+        return 0.0, 0.0
+    base = cost.get("base_sys_per_s")
+    kernel = 0.0
+    if base is not None:
+        kernel = max(0.0, cost["target_sys_s"] - base * wall_s - explained_s)
+    return kernel, max(0.0, cost["monitor_cpu_s"] - cost["idle_cpu_s"])
 
 
 def _sampler(acct: Accounting, wall_s: float) -> dict | None:

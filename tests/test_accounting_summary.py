@@ -162,3 +162,24 @@ def test_churned_threads_count_once_and_the_accounting_stays_bounded():
     native = sum(th["ns"][1][0] for th in a.threads.values() if not th["py"])
     assert native == 1009 * 3 * MS
     assert len(a.threads) <= 1 + 16 + 2
+
+
+@pytest.mark.parametrize("cost, kernel, contention", [
+    # busy machine: 0.5 s of system time, 0.2 s of it the pre-attach rate (0.1/s x 2 s), 0.145 s
+    # explained by the calibrated probes; the monitor's 0.3 s CPU, 0.1 s of idle CPU to take it from
+    ({"target_sys_s": 0.5, "base_sys_per_s": 0.1, "monitor_cpu_s": 0.3, "idle_cpu_s": 0.1}, 0.155, 0.2),
+    # idle machine, no pre-attach rate (compile under 0.5 s): nothing is added
+    ({"target_sys_s": 0.5, "base_sys_per_s": None, "monitor_cpu_s": 0.3, "idle_cpu_s": 3.0}, 0.0, 0.0),
+    # less system time than the calibration explains: never negative
+    ({"target_sys_s": 0.1, "base_sys_per_s": 0.0, "monitor_cpu_s": 0.0, "idle_cpu_s": 0.0}, 0.0, 0.0),
+])
+def test_measured_kernel_time_and_monitor_contention_count_in_the_self_report(cost, kernel, contention):
+    recs = _stream()
+    recs[3]["cost"] = cost                                   # the last counters record
+    a = Accounting()
+    a.feed(recs)
+    s = S.build(a)
+    src = s["overhead"]["by_source_s"]
+    assert src["kernel_extra"] == pytest.approx(kernel) and src["contention"] == pytest.approx(contention)
+    assert s["overhead"]["estimated_s"] == pytest.approx(0.145 + kernel + contention)
+    assert s["overhead"]["estimated_pct"] == pytest.approx(100 * (0.145 + kernel + contention) / 2.0, abs=1e-3)
