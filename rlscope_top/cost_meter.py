@@ -6,8 +6,9 @@ Two costs the calibrated per-hit figures do not see:
   in a large program, text patching when re-timing windows attach and detach probes): the
   target's system time since attach, less its rate before attach (measured while the BPF
   program compiles);
-- the monitor's own CPU on a machine with no idle core: it is taken from the job. Measured
-  as the monitor process's CPU less the machine's idle CPU over the same stretch.
+- the monitor's own CPU on a machine with no idle core: it is taken from whatever runs there.
+  Measured as the monitor process's CPU less the machine's idle CPU over the same stretch; the
+  target's part of it is its share of the machine's other busy CPU time.
 The stack sampler (austin, a child process) is counted apart (`sampler`).
 """
 
@@ -21,8 +22,8 @@ MIN_BASELINE_S = 0.5     # a shorter pre-attach stretch gives no usable system-t
 
 
 class CostMeter:
-    """Cumulative readings since ``begin()``: the target's system time and its pre-attach
-    rate, the monitor's CPU time, and the machine's idle CPU time."""
+    """Cumulative readings since ``begin()``: the target's system and total CPU time, its
+    pre-attach system-time rate, the monitor's CPU time, and the machine's idle and busy CPU time."""
 
     def __init__(self, pid: int):
         self.pid = pid
@@ -34,35 +35,39 @@ class CostMeter:
 
     def before_attach(self) -> None:
         """Note the target's system time before any probe is in."""
-        sys_s = self._target_sys()
-        if sys_s is not None:
-            self._pre = (time.monotonic(), sys_s)
+        cpu = self._target_cpu()
+        if cpu is not None:
+            self._pre = (time.monotonic(), cpu[0])
 
     def begin(self) -> None:
         """Start the session's readings (at t0, probes attached)."""
-        now, sys_s = time.monotonic(), self._target_sys()
-        if self._pre is not None and sys_s is not None and now - self._pre[0] >= MIN_BASELINE_S:
-            self.base_sys_per_s = max(0.0, (sys_s - self._pre[1]) / (now - self._pre[0]))
-        self._start = (sys_s if sys_s is not None else 0.0, time.process_time(), _idle_s())
+        now, cpu = time.monotonic(), self._target_cpu() or (0.0, 0.0)
+        if self._pre is not None and now - self._pre[0] >= MIN_BASELINE_S:
+            self.base_sys_per_s = max(0.0, (cpu[0] - self._pre[1]) / (now - self._pre[0]))
+        self._start = (*cpu, time.process_time(), *_machine_s())
 
     def read(self) -> dict | None:
-        """{target_sys_s, base_sys_per_s, monitor_cpu_s, idle_cpu_s} since begin(), or None
-        before it. A target that is gone keeps its last reading."""
+        """{target_sys_s, target_cpu_s, base_sys_per_s, monitor_cpu_s, idle_cpu_s, busy_cpu_s}
+        since begin(), or None before it. A target that is gone keeps its last reading."""
         if self._start is None:
             return None
-        sys_s = self._target_sys()
-        if sys_s is None:
+        cpu = self._target_cpu()
+        if cpu is None:
             return self._last
-        s0, m0, i0 = self._start
-        self._last = {"target_sys_s": round(max(0.0, sys_s - s0), 4), "base_sys_per_s": self.base_sys_per_s,
-                      "monitor_cpu_s": round(time.process_time() - m0, 4), "idle_cpu_s": round(_idle_s() - i0, 4)}
+        s0, c0, m0, i0, b0 = self._start
+        idle, busy = _machine_s()
+        self._last = {"target_sys_s": round(max(0.0, cpu[0] - s0), 4), "target_cpu_s": round(max(0.0, cpu[1] - c0), 4),
+                      "base_sys_per_s": self.base_sys_per_s, "monitor_cpu_s": round(time.process_time() - m0, 4),
+                      "idle_cpu_s": round(idle - i0, 4), "busy_cpu_s": round(busy - b0, 4)}
         return self._last
 
-    def _target_sys(self) -> float | None:
+    def _target_cpu(self) -> tuple[float, float] | None:
+        """(system, user + system) seconds of the target, or None when it is gone."""
         try:
-            return self._proc.cpu_times().system if self._proc is not None else None
+            t = self._proc.cpu_times() if self._proc is not None else None
         except (psutil.Error, OSError):
             return None
+        return (t.system, t.user + t.system) if t is not None else None
 
 
 def _process(pid: int) -> psutil.Process | None:
@@ -72,7 +77,10 @@ def _process(pid: int) -> psutil.Process | None:
         return None
 
 
-def _idle_s() -> float:
-    """The machine's idle CPU time, all CPUs (idle + iowait: a waiting CPU runs nothing)."""
+def _machine_s() -> tuple[float, float]:
+    """The machine's idle and busy CPU time, all CPUs (iowait is idle: a waiting CPU runs nothing)."""
     c = psutil.cpu_times()
-    return c.idle + getattr(c, "iowait", 0.0)
+    idle = c.idle + getattr(c, "iowait", 0.0)
+    # guest time is inside user time already; steal is the hypervisor's, run by nobody here
+    skip = sum(getattr(c, k, 0.0) for k in ("guest", "guest_nice", "steal"))
+    return idle, sum(c) - idle - skip

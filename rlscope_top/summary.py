@@ -277,14 +277,18 @@ def _measured_extra_s(cost: dict | None, wall_s: float, explained_s: float) -> t
     """What rlscope_top/cost_meter.py measured beyond the calibrated figures, in seconds:
     the target's extra system time (over its pre-attach rate) that the probes' and the
     scheduler probe's calibrated cost does not explain; and the monitor's CPU that the
-    machine's idle CPU could not have given it (a busy machine: it came out of the job)."""
+    machine's idle CPU could not have given it (a busy machine), times the target's share of
+    the rest of the machine's busy CPU time (the part that came out of the job)."""
     if not cost:
         return 0.0, 0.0
     base = cost.get("base_sys_per_s")
     kernel = 0.0
     if base is not None:
         kernel = max(0.0, cost["target_sys_s"] - base * wall_s - explained_s)
-    return kernel, max(0.0, cost["monitor_cpu_s"] - cost["idle_cpu_s"])
+    taken = max(0.0, cost["monitor_cpu_s"] - cost["idle_cpu_s"])
+    others = cost.get("busy_cpu_s", 0.0) - cost["monitor_cpu_s"]     # what the monitor may have displaced
+    share = min(1.0, cost["target_cpu_s"] / others) if others > 0 and "target_cpu_s" in cost else 1.0
+    return kernel, taken * share
 
 
 def _sampler(acct: Accounting, wall_s: float) -> dict | None:
