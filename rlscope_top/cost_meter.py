@@ -29,7 +29,7 @@ class CostMeter:
         self.pid = pid
         self._proc = _process(pid)
         self._pre: tuple[float, float] | None = None
-        self._start: tuple[float, float, float] | None = None
+        self._start: tuple[float, ...] | None = None   # target sys, target cpu, monitor cpu, idle, busy
         self.base_sys_per_s: float | None = None
         self._last: dict | None = None
 

@@ -124,10 +124,15 @@ def test_budget_switches_the_hot_set_and_sources_say_so(ebpf, target, monitor, t
     assert first["category"] == "backend" and first["at_s"] < 0.6, s["budget"]   # first 0.5 s tick (>= 0.75 s)
 
 
+@pytest.mark.quiet
 def test_budget_off_mode_samples_and_estimates_stay_close(ebpf, target, monitor, tmp_path, simlib, calibration_file):
+    """Needs a quiet machine, for two reasons seen in scripts/test-under-load.sh: at the 3% budget
+    a target slowed by a busy loop per core makes calls slowly enough to stay timed (no off mode
+    to test); at 1% it went off, and the estimate was 6.0 pp from a truth timed unprobed beside
+    the same busy loops (the truth itself moves with them)."""
     s, truth, m = _run(target, monitor, tmp_path, simlib,
                        ("--py-iters", 400, "--sim-us", 200, "--ops", 10, "--op-size", 16),
-                       "--duration", "14", "--max-overhead", "1", env={"RLSCOPE_CALIBRATION": calibration_file},
+                       "--duration", "14", "--max-overhead", "3", env={"RLSCOPE_CALIBRATION": calibration_file},
                        unprobed_s=2.0)
     assert s["budget"]["modes"]["backend"] == "off" and s["budget"]["samples"]["backend"] >= 1, s["budget"]
     assert s["sources"]["calls.backend"] == "estimated"

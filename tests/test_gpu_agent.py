@@ -105,8 +105,19 @@ def test_idle_agent_costs_one_sleeping_thread(native):
     assert not r.tracing and r.status()[0] == "ok" and r.u32("agent_pid") == t.pid
     names = {open(f"/proc/{t.pid}/task/{x}/comm").read().strip(): x for x in os.listdir(f"/proc/{t.pid}/task")}
     assert "rlscope-gpu" in names
-    stat = open(f"/proc/{t.pid}/task/{names['rlscope-gpu']}/stat").read().rsplit(")", 1)[1].split()
-    assert stat[0] == "S"                                          # asleep on its futex
+    path = f"/proc/{t.pid}/task/{names['rlscope-gpu']}/stat"
+
+    def stat() -> list[str]:
+        return open(path).read().rsplit(")", 1)[1].split()
+
+    end = time.monotonic() + 30          # a busy machine may not have run it to its wait yet
+    while stat()[0] != "S":
+        assert time.monotonic() < end, stat()
+        time.sleep(0.01)
+    ticks0 = int(stat()[11]) + int(stat()[12])                     # utime + stime, clock ticks
+    time.sleep(1.0)
+    st = stat()
+    assert st[0] == "S" and int(st[11]) + int(st[12]) - ticks0 <= 1, st   # asleep on its futex, ~no CPU
     r.close()
 
 
