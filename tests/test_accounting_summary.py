@@ -165,14 +165,17 @@ def test_churned_threads_count_once_and_the_accounting_stays_bounded():
 
 
 @pytest.mark.parametrize("cost, kernel, contention", [
-    # busy machine: 0.5 s of system time, 0.2 s of it the pre-attach rate (0.1/s x 2 s), 0.145 s
+    # busy machine: 0.5 s of system time, 0.06 s of it the pre-attach rate (0.03/s x 2 s), 0.145 s
     # explained by the calibrated probes; the monitor's 0.3 s CPU, 0.1 s of idle CPU to take it from;
     # the target is all the rest of the busy CPU (a job using every core)
-    ({"target_sys_s": 0.5, "target_cpu_s": 3.7, "base_sys_per_s": 0.1, "monitor_cpu_s": 0.3, "idle_cpu_s": 0.1,
-      "busy_cpu_s": 4.0}, 0.155, 0.2),
+    ({"target_sys_s": 0.5, "target_cpu_s": 3.7, "base_sys_per_s": 0.03, "monitor_cpu_s": 0.3, "idle_cpu_s": 0.1,
+      "busy_cpu_s": 4.0}, 0.295, 0.2),
     # the same beside a neighbour that used as much CPU as the target: half the monitor's take was the target's
-    ({"target_sys_s": 0.5, "target_cpu_s": 1.85, "base_sys_per_s": 0.1, "monitor_cpu_s": 0.3, "idle_cpu_s": 0.1,
-      "busy_cpu_s": 4.0}, 0.155, 0.1),
+    ({"target_sys_s": 0.5, "target_cpu_s": 1.85, "base_sys_per_s": 0.03, "monitor_cpu_s": 0.3, "idle_cpu_s": 0.1,
+      "busy_cpu_s": 4.0}, 0.295, 0.1),
+    # a program with much system time of its own (0.2 s/s before attach): its rise is not the probes'
+    ({"target_sys_s": 0.9, "target_cpu_s": 1.85, "base_sys_per_s": 0.2, "monitor_cpu_s": 0.0, "idle_cpu_s": 0.1,
+      "busy_cpu_s": 4.0}, 0.0, 0.0),
     # idle machine, no pre-attach rate (compile under 0.5 s): nothing is added
     ({"target_sys_s": 0.5, "target_cpu_s": 1.0, "base_sys_per_s": None, "monitor_cpu_s": 0.3, "idle_cpu_s": 3.0,
       "busy_cpu_s": 1.3}, 0.0, 0.0),
