@@ -26,7 +26,6 @@ class CostMeter:
     pre-attach system-time rate, the monitor's CPU time, and the machine's idle and busy CPU time."""
 
     def __init__(self, pid: int):
-        self.pid = pid
         self._proc = _process(pid)
         self._pre: tuple[float, float] | None = None
         self._start: tuple[float, ...] | None = None   # target sys, target cpu, monitor cpu, idle, busy

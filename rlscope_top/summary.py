@@ -260,8 +260,9 @@ def build(acct: Accounting, *, ring_path: str = "", dropped: int = 0, detach_s: 
 def _overhead_by_source(acct: Accounting) -> dict[str, float]:
     """What profiling costs the target, in seconds, by where it comes from: the probes'
     calibrated cost; the scheduler probe (calibrated cost per context switch of the target's
-    threads); measured kernel time and monitor CPU beyond those (`_measured_extra_s`); the stack sampler (austin's CPU time: a core the machine does not have for
-    the job); the GPU agent's buffer callbacks; and CUPTI's own cost per traced activity
+    threads); measured kernel time and monitor CPU beyond those (`_measured_extra_s`); the
+    stack sampler (austin's CPU time: a core the machine does not have for the job); the GPU
+    agent's buffer callbacks; and CUPTI's own cost per traced activity
     (gpu_source.CUPTI_NS_PER_ACTIVITY)."""
     agent = (acct.gpu.latest or {}).get("agent") or {}
     cb, total = agent.get("callback_ns", 0), agent.get("cost_ns", 0)
@@ -283,9 +284,9 @@ def _measured_extra_s(cost: dict | None, wall_s: float, explained_s: float) -> t
     """What rlscope_top/cost_meter.py measured beyond the calibrated figures, in seconds:
     the target's extra system time (over its pre-attach rate, when that rate is low enough
     to tell the probes' part: QUIET_SYS_PER_S) that the probes' and the scheduler probe's
-    calibrated cost does not explain; and the monitor's CPU that the
-    machine's idle CPU could not have given it (a busy machine), times the target's share of
-    the rest of the machine's busy CPU time (the part that came out of the job)."""
+    calibrated cost does not explain; and the monitor's CPU that the machine's idle CPU could
+    not have given it (a busy machine), times the target's share of the rest of the machine's
+    busy CPU time (the part that came out of the job)."""
     if not cost:
         return 0.0, 0.0
     base = cost.get("base_sys_per_s")
@@ -293,8 +294,8 @@ def _measured_extra_s(cost: dict | None, wall_s: float, explained_s: float) -> t
     if base is not None and base <= QUIET_SYS_PER_S:
         kernel = max(0.0, cost["target_sys_s"] - base * wall_s - explained_s)
     taken = max(0.0, cost["monitor_cpu_s"] - cost["idle_cpu_s"])
-    others = cost.get("busy_cpu_s", 0.0) - cost["monitor_cpu_s"]     # what the monitor may have displaced
-    share = min(1.0, cost["target_cpu_s"] / others) if others > 0 and "target_cpu_s" in cost else 1.0
+    others = cost["busy_cpu_s"] - cost["monitor_cpu_s"]     # what the monitor may have displaced
+    share = min(1.0, cost["target_cpu_s"] / others) if others > 0 else 1.0
     return kernel, taken * share
 
 
