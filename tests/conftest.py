@@ -46,21 +46,23 @@ def ebpf():
         pytest.skip(f"eBPF unavailable: {why}")
 
 
-@pytest.fixture
-def frameworks():
-    """Gate for tests whose targets import TensorFlow and JAX (the `frameworks` extra).
-
-    Missing frameworks skip the test, unless RLSCOPE_REQUIRE_FRAMEWORKS=1 (set by .ci/run),
-    which turns that into a failure. find_spec: no slow import in the test process.
-    """
+def require_modules(modules: tuple[str, ...], env_var: str, extra: str) -> None:
+    """Skip the test when a module its target imports is missing, unless ``env_var``=1 (set by
+    .ci/run), which turns that into a failure. find_spec: no slow import in the test process."""
     import importlib.util  # noqa: PLC0415
 
-    missing = [m for m in ("tensorflow", "jax", "jaxlib") if importlib.util.find_spec(m) is None]
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
     if missing:
-        why = f"not installed: {', '.join(missing)} (pip install -e '.[frameworks]', or scripts/setup.sh)"
-        if os.environ.get("RLSCOPE_REQUIRE_FRAMEWORKS") == "1":
-            pytest.fail(f"RLSCOPE_REQUIRE_FRAMEWORKS=1 but {why}")
+        why = f"not installed: {', '.join(missing)} (pip install -e '.[{extra}]', or scripts/setup.sh)"
+        if os.environ.get(env_var) == "1":
+            pytest.fail(f"{env_var}=1 but {why}")
         pytest.skip(why)
+
+
+@pytest.fixture
+def frameworks():
+    """Gate for tests whose targets import TensorFlow and JAX (the `frameworks` extra)."""
+    require_modules(("tensorflow", "jax", "jaxlib"), "RLSCOPE_REQUIRE_FRAMEWORKS", "frameworks")
 
 
 @pytest.fixture(scope="session")
@@ -207,6 +209,14 @@ def monitor(spawn, tmp_path):
         return m, summary
 
     return _monitor
+
+
+def wait_file(path: Path, timeout: float = 30.0) -> None:
+    """Wait for a handshake file a target writes (its readiness, never a sleep)."""
+    end = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < end, f"{path} never appeared"
+        time.sleep(0.02)
 
 
 def load_summary(path: Path) -> dict:

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from conftest import load_summary, stop
+from conftest import load_summary, stop, wait_file
 from truth import truth_shares
 
 pytestmark = pytest.mark.ebpf
@@ -19,7 +19,7 @@ def test_known_count_1009_torch_mm(ebpf, target, monitor, tmp_path):
     t = target("torch_count.py", 1009, go, done)
     m, summary = monitor(t.pid)
     go.touch()
-    _wait_file(done)
+    wait_file(done)
     time.sleep(0.5)
     assert stop(m) == 0, m.stderr_text
     s = load_summary(summary)
@@ -49,10 +49,10 @@ def test_libcudart_dlopened_after_attach_counts_23_launches(ebpf, target, monito
     t = target("cudart_late.py", 23, f["go_load"], f["loaded"], f["go_call"], f["done"])
     m, summary = monitor(t.pid)
     f["go_load"].touch()
-    _wait_file(f["loaded"])
+    wait_file(f["loaded"])
     m.wait_line("probes for cudart", stream="stderr", timeout=10)
     f["go_call"].touch()
-    _wait_file(f["done"])
+    wait_file(f["done"])
     assert f["done"].read_text() == "35"   # cudaErrorInsufficientDriver: the call did run
     time.sleep(0.5)
     assert stop(m) == 0, m.stderr_text
@@ -67,10 +67,10 @@ def test_torch_imported_after_attach_is_picked_up(ebpf, target, monitor, tmp_pat
     t = target("late_torch.py", 101, f["go_import"], f["imported"], f["go_call"], f["done"])
     m, summary = monitor(t.pid)
     f["go_import"].touch()
-    _wait_file(f["imported"])
+    wait_file(f["imported"])
     m.wait_line("probes for torch", stream="stderr", timeout=10)
     f["go_call"].touch()
-    _wait_file(f["done"])
+    wait_file(f["done"])
     time.sleep(0.5)
     assert stop(m) == 0, m.stderr_text
     s = load_summary(summary)
@@ -90,10 +90,3 @@ def test_torch_cpp_errors_do_not_crash_the_target(ebpf, target, monitor, tmp_pat
     s = load_summary(summary)
     assert s["end_reason"] == "target exited"
     assert s["calls"]["backend"] > 200
-
-
-def _wait_file(path, timeout=30.0):
-    end = time.monotonic() + timeout
-    while not path.exists():
-        assert time.monotonic() < end, f"{path} never appeared"
-        time.sleep(0.02)

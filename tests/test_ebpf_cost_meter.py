@@ -6,11 +6,10 @@ summary's `kernel_extra` must be what the target itself measured (os.times)."""
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 
-from conftest import load_summary, stop
+from conftest import load_summary, stop, wait_file
 
 pytestmark = pytest.mark.ebpf
 BURST_S = 1.5
@@ -21,10 +20,7 @@ def test_target_system_time_after_attach_is_measured_cost(ebpf, target, monitor,
     t = target("sys_burst.py", go, done, BURST_S)
     m, summary = monitor(t.pid, "--sample-hz", "0")
     go.touch()
-    end = time.monotonic() + 120
-    while not done.exists():
-        assert time.monotonic() < end, "the target never finished its burst"
-        time.sleep(0.02)
+    wait_file(done, 120)
     assert stop(m) == 0, m.stderr_text
     truth = json.loads(done.read_text())["sys_s"]
     s = load_summary(summary)

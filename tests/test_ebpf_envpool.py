@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from conftest import load_summary, stop
+from conftest import load_summary, stop, wait_file
 
 pytestmark = pytest.mark.ebpf
 
@@ -32,7 +32,7 @@ def _session(target, monitor, tmp_path) -> dict:
     m, summary = monitor(t.pid, "--max-overhead", "100")
     m.wait_line("probes for mujoco (mujoco_gym_envpool.so)", stream="stderr", timeout=5)
     go.touch()
-    _wait(done)
+    wait_file(done, 60)
     time.sleep(0.5)
     assert stop(m) == 0, m.stderr_text
     return load_summary(summary)
@@ -63,10 +63,3 @@ def test_envpool_worker_thread_calls_reach_the_totals(ebpf, envpool_installed, t
     assert s["job"]["cpu_s"]["simulator"] > 0
     workers = [r for r in s["threads"] if not r["python_thread"]]
     assert workers and all(r["python_s"] is None for r in workers)
-
-
-def _wait(path, timeout=60.0):
-    end = time.monotonic() + timeout
-    while not path.exists():
-        assert time.monotonic() < end, f"{path} never appeared"
-        time.sleep(0.02)

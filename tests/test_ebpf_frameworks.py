@@ -8,17 +8,10 @@ import time
 
 import pytest
 
-from conftest import load_summary, stop
+from conftest import load_summary, stop, wait_file
 from truth import truth_shares
 
 pytestmark = pytest.mark.ebpf
-
-
-def _wait_file(path, timeout=60.0):
-    end = time.monotonic() + timeout
-    while not path.exists():
-        assert time.monotonic() < end, f"{path} never appeared"
-        time.sleep(0.02)
 
 
 def _counted(target, monitor, tmp_path, script, *args):
@@ -27,7 +20,7 @@ def _counted(target, monitor, tmp_path, script, *args):
     t = target(script, *args, go, done)
     m, summary = monitor(t.pid)
     go.touch()
-    _wait_file(done)
+    wait_file(done, 60)
     time.sleep(0.5)
     assert stop(m) == 0, m.stderr_text
     return load_summary(summary)

@@ -15,26 +15,20 @@ busy machine makes it longer, not emptier.
 
 from __future__ import annotations
 
-import importlib.util
-import mmap
-import os
-import struct
 import sys
 import time
 
 import pytest
 
-from conftest import REPO, load_summary, stop
+from conftest import REPO, load_summary, require_modules, stop
 from invariants import check_summary
+
+sys.path.insert(0, str(REPO / "bench"))
+from real_rl import PROGRAMS, Steps  # noqa: E402  (the bench's programs and its step-counter reader)
 
 pytestmark = pytest.mark.ebpf
 
 WORKLOADS = REPO / "bench" / "workloads"
-PROGRAMS = {
-    "tianshou-dqn": [str(WORKLOADS / "tianshou_dqn.py")],
-    "rl-zoo3-ppo": ["-m", "rl_zoo3.train", "--algo", "ppo", "--env", "CartPole-v1", "-n", "100000000",
-                    "--seed", "0", "--eval-freq", "-1", "--device", "cpu", "--log-interval", "-1"],
-}
 WARM_STEPS = 2003          # past start-up (imports, replay warm-up) before attaching
 SESSION_STEPS = 3001       # CartPole steps the program makes while attached
 MIN_SESSION_S = 4.0        # and at least this long, so the stack sampler names operations
@@ -42,49 +36,34 @@ MIN_SESSION_S = 4.0        # and at least this long, so the stack sampler names 
 
 @pytest.fixture
 def rl_installed():
-    """tianshou and rl-zoo3 (the `test` extra). Missing: skip, unless RLSCOPE_REQUIRE_RL=1 (.ci/run)."""
-    missing = [m for m in ("tianshou", "rl_zoo3") if importlib.util.find_spec(m) is None]
-    if missing:
-        why = f"not installed: {', '.join(missing)} (pip install -e '.[test]', or scripts/setup.sh)"
-        if os.environ.get("RLSCOPE_REQUIRE_RL") == "1":
-            pytest.fail(f"RLSCOPE_REQUIRE_RL=1 but {why}")
-        pytest.skip(why)
+    """tianshou and rl-zoo3 (the `test` extra)."""
+    require_modules(("tianshou", "rl_zoo3"), "RLSCOPE_REQUIRE_RL", "test")
 
 
-class Steps:
-    """The program's CartPole step count, read from the shim's shared file."""
-
-    def __init__(self, path):
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-        os.ftruncate(fd, 8)
-        self.m = mmap.mmap(fd, 8)
-        os.close(fd)
-
-    def now(self) -> int:
-        return struct.unpack_from("q", self.m, 0)[0]
-
-    def wait_for(self, n: int, proc, timeout: float = 240.0) -> None:
-        end = time.monotonic() + timeout
-        while self.now() < n:
-            assert proc.p.poll() is None, f"the program exited ({proc.p.returncode}): {proc.stderr_text[-2000:]}"
-            assert time.monotonic() < end, f"only {self.now()} of {n} steps in {timeout:.0f} s"
-            time.sleep(0.05)
+def _wait_steps(steps: Steps, n: int, proc, timeout: float = 240.0) -> None:
+    """Until the program has made ``n`` CartPole steps (and is still running)."""
+    end = time.monotonic() + timeout
+    while steps.now() < n:
+        assert proc.p.poll() is None, f"the program exited ({proc.p.returncode}): {proc.stderr_text[-2000:]}"
+        assert time.monotonic() < end, f"only {steps.now()} of {n} steps in {timeout:.0f} s"
+        time.sleep(0.05)
 
 
 def _start(spawn, tmp_path, key: str):
-    steps = Steps(tmp_path / "steps")
-    argv = [sys.executable, str(WORKLOADS / "count_steps.py"), str(tmp_path / "steps"), *PROGRAMS[key]]
+    steps = Steps(str(tmp_path / "steps"))
+    steps.stop.set()                    # only now() is needed here, not the bench's rate samples
+    argv = [sys.executable, str(WORKLOADS / "count_steps.py"), str(tmp_path / "steps"), *PROGRAMS[key][1]]
     proc = spawn(argv, cwd=str(tmp_path))
-    steps.wait_for(WARM_STEPS, proc)
+    _wait_steps(steps, WARM_STEPS, proc)
     return proc, steps
 
 
 def _attached_session(monitor, proc, steps) -> dict:
     m, summary = monitor(proc.pid)
     t0, n0 = time.monotonic(), steps.now()
-    steps.wait_for(n0 + SESSION_STEPS, proc)
+    _wait_steps(steps, n0 + SESSION_STEPS, proc)
     while time.monotonic() - t0 < MIN_SESSION_S:
-        steps.wait_for(steps.now() + 1, proc)
+        _wait_steps(steps, steps.now() + 1, proc)
     assert stop(m) == 0, m.stderr_text
     return load_summary(summary)
 
@@ -108,4 +87,4 @@ def test_real_rl_program_gets_sane_bounded_numbers(ebpf, rl_installed, spawn, mo
     assert s["overhead"]["estimated_pct"] is not None and s["overhead"]["estimated_pct"] >= 0
 
     n = steps.now()                                     # the monitor left; the program trains on
-    steps.wait_for(n + 101, proc)
+    _wait_steps(steps, n + 101, proc)

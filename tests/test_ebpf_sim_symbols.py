@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import CLI, REPO, load_summary, stop
+from conftest import CLI, REPO, load_summary, stop, wait_file
 from rlscope_top import errors as E
 
 pytestmark = pytest.mark.ebpf
@@ -26,7 +26,7 @@ def test_misspelled_symbol_in_a_mapped_library_exits_2_before_compiling(ebpf, ta
     f = _files(tmp_path)
     t = target("simlib_late.py", simlib, 1, *f.values())
     f["go_load"].touch()
-    _wait(f["loaded"])
+    wait_file(f["loaded"])
     # a compile would fail with EXIT_BPF_COMPILE here: exit 2 shows the check came first
     p = subprocess.run([*CLI, "attach", str(t.pid), "--duration", "2", "--sim-lib", f"{simlib}:sim_step,sim_stpe"],
                        capture_output=True, text=True, timeout=120, cwd=str(REPO),
@@ -44,10 +44,10 @@ def test_correct_symbols_in_a_mapped_library_still_attach(ebpf, target, monitor,
     f = _files(tmp_path)
     t = target("simlib_late.py", simlib, 7, *f.values())
     f["go_load"].touch()
-    _wait(f["loaded"])
+    wait_file(f["loaded"])
     m, summary = monitor(t.pid, "--sim-lib", "libtoysim.so:sim_step")
     f["go_call"].touch()
-    _wait(f["done"])
+    wait_file(f["done"])
     time.sleep(0.5)
     assert stop(m) == 0, m.stderr_text
     assert load_summary(summary)["calls"]["simulator"] == 7
@@ -58,11 +58,11 @@ def test_misspelled_symbol_in_a_library_loaded_later_is_one_warning(ebpf, target
     t = target("simlib_late.py", simlib, 11, *f.values())
     m, summary = monitor(t.pid, "--sim-lib", f"{simlib}:sim_step,sim_stpe")
     f["go_load"].touch()
-    _wait(f["loaded"])
+    wait_file(f["loaded"])
     warn = m.wait_line("sim_stpe", stream="stderr", timeout=15)
     m.wait_line("probes for sim:libtoysim.so", stream="stderr", timeout=15)
     f["go_call"].touch()
-    _wait(f["done"])
+    wait_file(f["done"])
     time.sleep(0.5)
     assert stop(m) == 0, m.stderr_text
     assert "defines no function sim_stpe" in warn and f"`rlscope-top symbols {simlib}`" in warn
@@ -71,10 +71,3 @@ def test_misspelled_symbol_in_a_library_loaded_later_is_one_warning(ebpf, target
     assert s["calls"]["simulator"] == 11
     assert s["probes"]["missing"]["sim:libtoysim.so"] == ["sim_stpe"]
     assert s["probes"]["attached"]["sim:libtoysim.so"]["libs"] == [simlib]
-
-
-def _wait(path, timeout=30.0):
-    end = time.monotonic() + timeout
-    while not path.exists():
-        assert time.monotonic() < end, f"{path} never appeared"
-        time.sleep(0.02)

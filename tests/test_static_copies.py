@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+from conftest import wait_file
 from rlscope_top.probes import elf_symbols as ES
 from rlscope_top.probes.static_copies import StaticCopies
 
@@ -53,13 +54,6 @@ def test_a_copy_counts_once_the_process_has_run_it(spawn, tmp_path):
     paths = {lib, "/usr/lib/x86_64-linux-gnu/libc.so.6"}
     assert copies.scan(paths) == {}               # mapped, defined, never run
     go.touch()
-    _wait(done)
+    wait_file(done)
     assert copies.scan(paths) == {lib: frozenset({"mj_step"})}
     assert copies.scan(paths - {lib}) == {}       # unmapped since
-
-
-def _wait(path: Path, timeout: float = 30.0) -> None:
-    end = time.monotonic() + timeout
-    while not path.exists():
-        assert time.monotonic() < end, f"{path} never appeared"
-        time.sleep(0.02)

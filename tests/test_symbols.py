@@ -8,12 +8,11 @@ import json
 import os
 import re
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
-from conftest import CLI, HERE, REPO
+from conftest import CLI, HERE, REPO, wait_file
 from rlscope_top import errors as E
 from rlscope_top.probes import elf_symbols as ES
 from rlscope_top.probes.prologue import is_cheap_at
@@ -202,7 +201,7 @@ def mapping_simlib(target, simlib, tmp_path):
     f = {k: tmp_path / k for k in ("go_load", "loaded", "go_call", "done")}
     t = target("simlib_late.py", simlib, 1, *f.values())
     f["go_load"].touch()
-    _wait(f["loaded"])
+    wait_file(f["loaded"])
     return t
 
 
@@ -244,10 +243,3 @@ def test_mujoco_in_envpool_module(envpool_target):
                              "mujoco::user::VFS::*").stdout)["functions"]
     assert cpp and all(f["symbol"].startswith("_ZN6mujoco4user3VFS") for f in cpp)
     assert all(f["demangled"].startswith("mujoco::user::VFS::") for f in cpp)
-
-
-def _wait(path: Path, timeout: float = 30.0) -> None:
-    end = time.monotonic() + timeout
-    while not path.exists():
-        assert time.monotonic() < end, f"{path} never appeared"
-        time.sleep(0.02)
