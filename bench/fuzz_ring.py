@@ -1,11 +1,14 @@
-"""The ring reader and `compare` against hostile input, at a larger scale than the suite.
+"""The ring reader, `compare` and the GPU agent's region against hostile input, at a larger
+scale than the suite.
 
 The cases are tests/ring_fuzz.py's (a real lapped ring: random bytes, truncations, byte
 flips, header fields at extremes) and compare's mutated summaries (a field of the wrong
-type). Anything but RingError / UsageError is a defect; the first few are printed.
+type), and tests/region_fuzz.py's forged GPU agent regions, read as a session reads them.
+Anything but RingError / UsageError / RegionError / LayoutError is a defect (so is a table
+that grows with a forged value); the first few are printed.
 
 usage: sudo .venv/bin/python bench/fuzz_ring.py [--cases 1000000] [--seed 1] [--write]
-(compare runs cases/10)
+(compare and the region run cases/10)
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
 
+import region_fuzz  # noqa: E402
 from ring_fuzz import fuzz, fuzz_compare  # noqa: E402
 
 
@@ -30,7 +34,9 @@ def main() -> int:
     a = ap.parse_args()
     rows, untyped = [], 0
     for name, run in (("ring reader (RingError)", lambda d: fuzz(os.path.join(d, "ring.bin"), a.cases, a.seed)),
-                      ("compare's summary loading (UsageError)", lambda d: fuzz_compare(d, a.cases // 10, a.seed))):
+                      ("compare's summary loading (UsageError)", lambda d: fuzz_compare(d, a.cases // 10, a.seed)),
+                      ("GPU agent region, read as a session does (RegionError, LayoutError)",
+                       lambda d: region_fuzz.fuzz(os.path.join(d, "region.bin"), a.cases // 10, a.seed))):
         t0 = time.monotonic()
         with tempfile.TemporaryDirectory() as d:
             out = run(d)
@@ -45,9 +51,10 @@ def main() -> int:
         from docsection import replace_section  # noqa: PLC0415
 
         replace_section(os.path.join(os.path.dirname(HERE), "docs", "security.md"), "## Fuzzing", [
-            f"`sudo .venv/bin/python bench/fuzz_ring.py --cases {a.cases} --seed {a.seed} --write` (compare gets a "
-            "tenth of the cases: each renders a table). The suite runs 100,003 ring cases (seed 23) and 10,007 "
-            "compare cases (seed 1009) on every run: tests/test_hostile_input.py.", "",
+            f"`sudo .venv/bin/python bench/fuzz_ring.py --cases {a.cases} --seed {a.seed} --write` (compare and the "
+            "region get a tenth of the cases: each renders a table, or reads, decodes, joins and counts). The suite "
+            "runs 100,003 ring cases (seed 23), 10,007 compare cases (seed 1009) and 100,003 region cases (seed 29) "
+            "on every run: tests/test_hostile_input.py.", "",
             "| target | cases | typed error | read cleanly | untyped exceptions | time | |",
             "|---|---|---|---|---|---|---|", *rows])
     return 1 if untyped else 0

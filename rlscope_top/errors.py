@@ -97,6 +97,13 @@ class RingFileError(RlscopeError):
     code = EXIT_RING
 
 
+class IncompleteSummary(RlscopeError):
+    """A session whose summary came out without its pid or its window (the ring lost the
+    session's start): it is written all the same, and the exit says it cannot be trusted."""
+
+    code = EXIT_RING
+
+
 class UnsafePath(RlscopeError):
     """A directory rlscope-top keeps private (0700, ours, not a symlink) that is not."""
 

@@ -32,6 +32,13 @@ KEEP_NS = 60_000_000_000        # bins kept for windows (the screen's "now", unf
 PENDING_MAX = 200_000
 NVML_KEEP = 4096                # recent samples kept per series (for windows); totals keep everything
 TOP_N = 20
+# The agent's records come from the target, so times and ids are checked: none ends in the
+# future (records arrive late, never early), none names an impossible device, and the table
+# of kernel names stops growing at a size no real program reaches.
+FUTURE_SLACK_NS = 30_000_000_000
+MAX_DEVICES = 64
+MAX_KERNEL_NAMES = 4096
+OTHER_KERNELS = "(other kernels)"
 LIVE_WINDOW_NS = 10_000_000_000     # the screen's "now" figures cover this much ...
 LIVE_LAG_NS = 2_000_000_000         # ... ending this long ago (GPU records arrive late)
 OVERLAP_KEYS = ("cpu_only", "gpu_only", "both", "idle")
@@ -81,7 +88,8 @@ class BusyUnion:
         late = a < self.done_until
         if late.any():               # arrived after its part of the timeline was binned
             self.late += int(late.sum())
-            for x, y in zip(a[late].tolist(), np.minimum(b[late], self.done_until).tolist()):
+            oldest = self.done_until - self.keep_ns      # older bins are folded: not re-opened
+            for x, y in zip(np.maximum(a[late], oldest).tolist(), np.minimum(b[late], self.done_until).tolist()):
                 self._bin(x, y, capped=True)
             a = np.maximum(a, self.done_until)
             keep = b > a
@@ -246,6 +254,7 @@ class GpuTotals:
         self.sync_calls: dict[str, int] = {}
         self.status: dict[str, dict] = {}          # source -> latest gstat record
         self.agent: dict = {}                      # the agent's counters (set by the collector)
+        self.impossible = 0                        # records refused for their times or device
         self.ticks: list[tuple[int, int, int, dict, bool]] = []   # unfinished: (t0, t1, Python on-CPU ns,
         #                                                             op tick, GPU traced the whole tick)
         self.tick_ns = self.traced_tick_ns = 0      # finished ticks, all and traced
@@ -256,10 +265,25 @@ class GpuTotals:
         self._op_prev: tuple[tuple[int, int], dict] = ((0, 0), {})
 
     # -- input ---------------------------------------------------------------------
-    def add(self, acts: np.ndarray, op_names: list[str], names: dict[int, str]) -> None:
-        """Count joined activities (rlscope_top/gpu_join.JOINED) and add their busy time."""
+    def add(self, acts: np.ndarray, op_names: list[str], names: dict[int, str], now: int | None = None) -> None:
+        """Count joined activities (rlscope_top/gpu_join.JOINED) and add their busy time.
+
+        Args:
+            acts: joined activities, times on the monitor's clock.
+            op_names: operation index -> name.
+            names: kernel name pointer -> name.
+            now: the monitor's clock when they were read; an activity that ends later than
+                this (plus slack), ends before it starts or names an impossible device is
+                counted in ``impossible``, not added.
+        """
         if not len(acts):
             return
+        ok = (acts["end"] >= acts["start"]) & (acts["device"] < MAX_DEVICES)
+        if now is not None:
+            ok &= acts["end"] <= now + FUTURE_SLACK_NS
+        if not ok.all():
+            self.impossible += int((~ok).sum())
+            acts = acts[ok]
         if self.t0:
             acts = acts[acts["end"] > self.t0]
             acts["start"] = np.maximum(acts["start"], self.t0)
@@ -274,7 +298,10 @@ class GpuTotals:
             counts = np.bincount(inv)
             ns = np.bincount(inv, weights=np.maximum(0, k["end"] - k["start"]))
             for p, c, t in zip(ptrs.tolist(), counts.tolist(), ns.tolist()):
-                top = self.top.setdefault(names.get(p) or f"kernel@{p:#x}", [0, 0])
+                name = names.get(p) or f"kernel@{p:#x}"
+                if name not in self.top and len(self.top) >= MAX_KERNEL_NAMES:
+                    name = OTHER_KERNELS
+                top = self.top.setdefault(name, [0, 0])
                 top[0] += c
                 top[1] += int(t)
 

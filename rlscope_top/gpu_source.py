@@ -312,14 +312,14 @@ class GpuSource:
         acts = self.joiner.ready(now, final=final)
         if len(acts):
             names = r.name_text if r is not None else {}
-            self.totals.add(acts, self.joiner.op_names, names)
+            self.totals.add(acts, self.joiner.op_names, names, now)
             if self.col.probes.timeline:
                 self._write_items(acts)
 
     def _agent_figures(self, r: gpu_region.GpuRegion) -> dict:
         st = r.stats()
         acts = self.totals.all.kernels + self.totals.all.memcpys + self.totals.all.memsets
-        st.update(undecoded=getattr(self, "undecoded", 0), unjoined=self.joiner.unjoined,
+        st.update(undecoded=getattr(self, "undecoded", 0) + self.totals.impossible, unjoined=self.joiner.unjoined,
                   cost_ns=st["callback_ns"] + CUPTI_NS_PER_ACTIVITY * acts)
         return st
 

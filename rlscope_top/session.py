@@ -18,6 +18,7 @@ from . import records as R
 from . import summary as S
 from .accounting import Accounting
 from .collector import Collector
+from .errors import IncompleteSummary
 from .gpu_source import GpuSource
 from .probes import catalog
 from .ring import RingReader, RingWriter, default_path
@@ -279,6 +280,10 @@ def _session(opts: Options, stop_reason: Callable[[], str | None], on_tick, read
         if render:
             S.render(summary)
             notify("status", f"detached in {detach_s:.2f}s; summary written to {path}")
+        if lacks := S.incomplete(summary):
+            raise IncompleteSummary(f"the summary lacks {lacks} (written to {path} all the same)",
+                                    "the ring lost the session's start: report this with the summary",
+                                    pid=opts.pid)
         summary["_path"] = path
         return summary
     finally:

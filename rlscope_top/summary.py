@@ -346,6 +346,17 @@ def path_problem(path: str) -> str | None:
     return None
 
 
+def incomplete(summary: dict) -> str | None:
+    """What a summary lacks that every session has (its pid, its window), if anything."""
+    w = summary.get("window") or {}
+    if not summary.get("pid"):
+        return "its pid"
+    t0, t1 = w.get("t0_monotonic_ns"), w.get("t1_monotonic_ns")
+    if not t0 or not t1 or t1 < t0:
+        return "its window"
+    return None
+
+
 def write_safely(summary: dict, path: str, pid: int) -> tuple[str, str | None]:
     """Write the summary; if ``path`` fails (disk full, directory gone), write it to the
     temp directory instead, so a session's data is never lost.

@@ -6,18 +6,25 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
 
 from conftest import load_summary
+import numpy as np
+
+import region_fuzz
 from ring_fuzz import fuzz, fuzz_compare
 from rlscope_top import errors as E
+from rlscope_top import gpu_accounting as GA
 from rlscope_top import records as R
 from rlscope_top import summary as S
+from rlscope_top.gpu_join import JOINED
 from rlscope_top.ring import RingError, RingReader, RingWriter, sweep_stale
 from rlscope_top.safe_files import private_dir, write_atomic
 from rlscope_top.thread_fold import FOLD_TID, ExitedThreads, add_counts, fold_all
@@ -63,6 +70,26 @@ def test_private_dir_refuses_what_is_not_ours(tmp_path, how):
     assert e.value.hint and e.value.code == E.EXIT_USAGE
 
 
+def test_private_dir_made_first_by_another_user_is_refused_and_untouched():
+    """As the attack goes: another user (a throwaway uid, through setpriv) creates the
+    directory first in a sticky, world-writable place like /dev/shm; it is refused, and
+    neither its owner nor its mode changes."""
+    pub = tempfile.mkdtemp(dir="/dev/shm")
+    try:
+        os.chmod(pub, 0o1777)
+        d = os.path.join(pub, "rlscope-top")
+        subprocess.run(["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups",
+                        "mkdir", "-m", "777", d], check=True)
+        before = os.lstat(d)
+        with pytest.raises(E.UnsafePath, match="65534|not ours|owned"):
+            private_dir(d)
+        after = os.lstat(d)
+        assert (after.st_uid, after.st_mode) == (before.st_uid, before.st_mode) == (65534, before.st_mode)
+        assert stat.S_IMODE(after.st_mode) == 0o777
+    finally:
+        shutil.rmtree(pub)
+
+
 def test_private_dir_is_created_0700(tmp_path):
     d = tmp_path / "a" / "b"
     private_dir(str(d))
@@ -99,6 +126,71 @@ def test_ring_reader_fuzz_gives_only_typed_errors(tmp_path):
     out = fuzz(str(tmp_path / "f.bin"), 100_003, seed=23)
     assert out["untyped"] == 0, out["examples"]
     assert out["typed"] > 50_000 and out["read"] > 1000     # the cases reach both outcomes
+
+
+def test_gpu_region_fuzz_gives_only_typed_errors_and_bounded_tables(tmp_path):
+    """100,003 hostile variants of a GPU agent region (seeded) read as a session reads it:
+    RegionError/LayoutError or a clean read, and no table grows with a forged value (a kernel
+    record ending at 2**63 ns used to hang the monitor binning busy time)."""
+    out = region_fuzz.fuzz(str(tmp_path / "region.bin"), 100_003, seed=29)
+    assert out["untyped"] == 0, out["examples"]
+    assert out["read"] > 10_000 and out["typed"] > 10_000, out      # both paths were exercised
+
+
+def _acts(rows: list[tuple[int, int, int, int]]) -> np.ndarray:
+    a = np.zeros(len(rows), JOINED)
+    for i, (start, end, device, ptr) in enumerate(rows):
+        a[i]["start"], a[i]["end"], a[i]["device"], a[i]["detail"] = start, end, device, ptr
+    return a
+
+
+def test_forged_gpu_records_are_counted_as_impossible_not_added():
+    t0, now = 10**12, 10**12 + 10**10
+    tot = GA.GpuTotals(t0=t0)
+    tot.add(_acts([(t0 + 1000, t0 + 5000, 0, 1),             # the one real kernel: 4000 ns
+                   (t0 + 2000, 2**62, 0, 1),                  # ends an age after "now"
+                   (t0 + 9000, t0 + 3000, 0, 1),              # ends before it starts
+                   (t0 + 1000, t0 + 2000, 999, 1)]),          # a device no machine has
+            ["<all>"], {1: "k"}, now)
+    tot.finish()
+    assert tot.impossible == 3
+    assert tot.all.kernels == 1 and tot.all.kernel_ns == 4000 and tot.all.busy.total() == 4000
+    assert list(tot.devices) == [0]
+
+
+def test_the_kernel_name_table_stops_growing():
+    t0 = 10**12
+    tot = GA.GpuTotals(t0=t0)
+    n = GA.MAX_KERNEL_NAMES + 1009
+    tot.add(_acts([(t0 + i, t0 + i + 1, 0, i) for i in range(n)]), ["<all>"], {}, t0 + 10**9)
+    assert len(tot.top) == GA.MAX_KERNEL_NAMES + 1
+    assert tot.top[GA.OTHER_KERNELS][0] == 1009 and sum(c for c, _ in tot.top.values()) == n
+
+
+def test_a_late_record_reopens_no_folded_bins():
+    """A record that arrives after its hour was binned costs the kept bins only (~6000),
+    not one Python step per 10 ms of the session."""
+    u = GA.BusyUnion(reorder_ns=0)
+    hour = 3600 * 10**9
+    u.add(0, 10**6)
+    u.finalize(hour)
+    u.add(0, hour)                              # late: all of it before done_until
+    assert len(u.bins) <= GA.KEEP_NS // GA.BIN_NS + 2 and u.late == 1
+
+
+@pytest.mark.parametrize("lacks, change", [
+    (None, {}),
+    ("its pid", {"pid": None}),
+    ("its window", {"window": {"t0_monotonic_ns": 5, "t1_monotonic_ns": None}}),
+    ("its window", {"window": {"t0_monotonic_ns": 9, "t1_monotonic_ns": 5}}),
+    ("its window", {"window": None}),
+])
+def test_a_summary_without_its_pid_or_window_is_incomplete(lacks, change):
+    """The session writes such a summary all the same, then exits 11 with one line
+    (session.py): finding 5's `pid: null`, `duration_s: 0` summaries no longer pass as good."""
+    doc = {"pid": 23, "window": {"t0_monotonic_ns": 5, "t1_monotonic_ns": 9}} | change
+    assert S.incomplete(doc) == lacks
+    assert E.IncompleteSummary("x").code == E.EXIT_RING
 
 
 def test_a_huge_head_is_refused_at_once(tmp_path):
