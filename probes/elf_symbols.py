@@ -18,6 +18,7 @@ import zlib
 from typing import Callable, Iterator
 
 from .prologue import is_cheap_at
+from ..errors import NotElf
 
 SHT_SYMTAB, SHT_NOTE, SHT_NOBITS, SHT_DYNSYM = 2, 7, 8, 11
 STT_FUNC, STT_GNU_IFUNC = 2, 10
@@ -31,9 +32,6 @@ EMULATED, OUT_OF_LINE, UNKNOWN = "emulated", "out of line", "unknown"
 CRT_HELPERS = frozenset({"_init", "_fini", "_start", "__do_global_dtors_aux", "frame_dummy",
                          "register_tm_clones", "deregister_tm_clones", "__libc_csu_init", "__libc_csu_fini"})
 
-
-class NotElf(Exception):
-    """The file is readable but is not an ELF object."""
 
 
 @dataclasses.dataclass(frozen=True)

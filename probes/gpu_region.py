@@ -19,6 +19,7 @@ import struct
 import time
 
 from .ann_region import find_memfd
+from ..errors import RegionError
 
 MEMFD_NAME = "rlscope-top-gpu"
 MAGIC = b"RLSGPU\x00\x01"
@@ -61,9 +62,6 @@ STATUS = {0: "ok", 1: "no_libcupti", 2: "no_driver", 3: "no_gpu", 4: "no_permiss
 _SYS_FUTEX, _FUTEX_WAKE = 202, 1
 _libc = ctypes.CDLL(None, use_errno=True)
 
-
-class RegionError(Exception):
-    """The region is missing, foreign, of another version, or inconsistent."""
 
 
 def find(pid: int) -> tuple[int, str] | None:

@@ -25,6 +25,7 @@ from .symbols import resolve as resolve_symbol
 from .static_copies import StaticCopies
 from .prologue import cheap_offset, is_cheap_at
 from ..calibration import Calibration, load as load_calibration
+from ..errors import BccUnavailable
 
 DRAIN_BUDGET_S = 0.1   # monitor time one drain of the event buffer may take
 TICK_HZ = 250   # CPU-clock tick per CPU that applies pending operation changes
@@ -33,9 +34,6 @@ NRANGES = 64    # executable mappings the tick can tell apart
 EV_RANGE_BEGIN, EV_RANGE_END, EV_THREAD_EXIT = 1, 2, 3
 EV_ENTER, EV_EXIT, EV_ON, EV_OFF, EV_NEW = 5, 6, 7, 8, 9
 
-
-class BccUnavailable(RuntimeError):
-    """bcc cannot be imported in this interpreter."""
 
 
 def import_bcc():
@@ -231,7 +229,10 @@ class ProbeSet:
                 self.bpf = bcc.BPF(text=program_text(self.specs, generic=self.multi))
             except Exception as e:
                 raise RuntimeError(_compiler_reason(said(), e)) from None
-        self.bpf["events"].open_ring_buffer(self._on_event)
+        try:
+            self.bpf["events"].open_ring_buffer(self._on_event)
+        except Exception as e:          # bcc raises plain Exception: a kernel without BPF ring buffers
+            raise RuntimeError(f"the kernel refused a BPF ring buffer (needs Linux 5.8+): {e}") from None
 
     def start(self) -> int:
         """Attach to mapped libraries, then begin counting. Returns t0 (monotonic ns)."""

@@ -14,10 +14,8 @@ import dataclasses
 import os
 
 from .catalog import ProbeSpec, is_user_spec
+from ..errors import SymbolMissing
 
-
-class SymbolMissing(Exception):
-    """The library defines no (or more than one distinct) function matching a pattern."""
 
 
 def resolve(bcc, spec: ProbeSpec, path: str) -> ProbeSpec:

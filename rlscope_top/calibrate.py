@@ -17,11 +17,11 @@ import tempfile
 from importlib import resources
 
 from . import calibration
-from .errors import RlscopeError
 from .probes import catalog
 from .probes.catalog import CAT_BACKEND, CAT_SIM, ENTER, EXIT, PAIR, ProbeSpec
 from .probes.loader import ProbeSet
 from .target import require_root
+from .errors import CalibrationError
 
 N_CALLS = 20011          # prime, so a miscount cannot hide in a round number
 K_WORK = 400             # body of about 0.5 us
@@ -35,9 +35,6 @@ MODES = {  # calibration kind -> (target loop, probes)
     "pair_ool": ("pair_ool", [("cal_ool", PAIR)]),
 }
 
-
-class CalibrationError(RlscopeError):
-    """Calibration could not run."""
 
 
 def _build_lib(workdir: str) -> str:

@@ -88,7 +88,7 @@ class Collector:
         except BccUnavailable as e:
             raise BccMissing(f"the bcc Python module is not importable: {e}", pid=self.pid,
                              hint="run `sudo bash scripts/setup.sh` (installs python3-bpfcc) and use .venv/bin/rlscope-top") from None
-        except Exception as e:
+        except RuntimeError as e:             # the compiler's (or the kernel's) words
             raise BpfCompileError(f"cannot compile the eBPF program: {_last_line(e)}", pid=self.pid,
                                   hint="install or link the kernel headers: `sudo bash scripts/setup.sh`, then `rlscope-top doctor`") from None
         try:

@@ -8,14 +8,11 @@ import sys
 import tempfile
 import time
 
-from .errors import RlscopeError
 from .session import Options, run, run_live
+from .errors import DemoError
 
 READY_TIMEOUT_S = 120
 
-
-class DemoError(RlscopeError):
-    """The demo workload did not start."""
 
 
 def start_workload(seconds: float = 3600.0) -> subprocess.Popen:

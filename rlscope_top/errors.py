@@ -17,6 +17,8 @@ EXIT_NO_BCC = 8
 EXIT_BPF_COMPILE = 9
 EXIT_ATTACH = 10
 EXIT_RING = 11
+EXIT_CALIBRATION = 12
+EXIT_DEMO = 13
 EXIT_COMMAND_NOT_FOUND = 127   # `run`: as a shell says it
 
 
@@ -121,3 +123,46 @@ class CommandNotFound(RlscopeError):
     """`rlscope-top run`: the command to launch cannot be executed."""
 
     code = EXIT_COMMAND_NOT_FOUND
+
+
+class CalibrationError(RlscopeError):
+    """`rlscope-top calibrate` could not run (no C compiler, the probes miscounted)."""
+
+    code = EXIT_CALIBRATION
+
+
+class DemoError(RlscopeError):
+    """The built-in demo workload did not start (a missing package, a crash at import)."""
+
+    code = EXIT_DEMO
+
+
+# Raised deep down and translated into one of the errors above where they reach the user
+# (each with its pid and hint); on their own they are never shown.
+
+class RingError(Exception):
+    """A ring file that is missing, foreign, corrupt, or of an unknown major version."""
+
+
+class RecordTooLarge(ValueError):
+    """A record larger than half the ring; the writer degrades it (never a crash)."""
+
+
+class RegionError(Exception):
+    """The GPU agent's region is missing, foreign, of another version, or inconsistent."""
+
+
+class LayoutError(Exception):
+    """The target's CUPTI writes records this monitor cannot describe."""
+
+
+class BccUnavailable(RuntimeError):
+    """bcc cannot be imported in this interpreter."""
+
+
+class SymbolMissing(Exception):
+    """The library defines no (or more than one distinct) function matching a pattern."""
+
+
+class NotElf(Exception):
+    """The file is readable but is not an ELF object."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+from .errors import LayoutError
 
 KIND_MEMCPY, KIND_MEMSET, KIND_KERNEL, KIND_DRIVER, KIND_RUNTIME, KIND_CONCURRENT_KERNEL = 1, 2, 3, 4, 5, 10
 KIND_NAMES = {KIND_MEMCPY: "memcpy", KIND_MEMSET: "memset", KIND_KERNEL: "kernel", KIND_DRIVER: "driver API",
@@ -43,9 +44,6 @@ ACTIVITY = np.dtype([("kind", "u1"), ("start", "<i8"), ("end", "<i8"), ("device"
                      ("corr", "<u4"), ("detail", "<i8")])     # detail: kernel name pointer, else bytes
 API = np.dtype([("corr", "<u4"), ("tid", "<u4"), ("start", "<i8"), ("domain", "u1")])
 
-
-class LayoutError(Exception):
-    """The target's CUPTI writes records this monitor cannot describe."""
 
 
 def _cupti():

@@ -24,6 +24,7 @@ import time
 import msgpack
 
 from .safe_files import create_exclusive, private_dir
+from .errors import RecordTooLarge, RingError
 
 MAGIC = b"RLSRING\0"
 VERSION = 1
@@ -40,12 +41,6 @@ _OFF_HEAD, _OFF_TAIL, _OFF_SEQ = 24, 32, 40
 _OFF_PID, _OFF_FLAGS, _OFF_CREATED = 48, 52, 56
 
 
-class RingError(Exception):
-    """A ring file that is missing, foreign, corrupt, or of an unknown major version."""
-
-
-class RecordTooLarge(ValueError):
-    """A record larger than half the ring; the writer degrades it (never a crash)."""
 
 
 def _align8(n: int) -> int:

@@ -139,3 +139,31 @@ def test_exit_codes_are_distinct():
 def test_no_args_prints_help():
     p = run_cli()
     assert p.returncode == 2 and "attach" in p.stderr
+
+
+def test_every_error_lives_in_errors_py_with_its_own_documented_code():
+    """All exception classes are defined in rlscope_top/errors.py; each user-facing one has
+    a code of its own kind that is not 1 ("internal error") and that the README lists."""
+    import ast  # noqa: PLC0415
+    import pathlib  # noqa: PLC0415
+    import re  # noqa: PLC0415
+
+    from rlscope_top import errors as E  # noqa: PLC0415
+
+    repo = pathlib.Path(__file__).resolve().parents[1]
+    elsewhere = []
+    for path in [*repo.glob("rlscope_top/**/*.py"), *repo.glob("probes/*.py"), *repo.glob("tui/*.py")]:
+        if path.name == "errors.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and any(getattr(b, "id", "").endswith(("Error", "Exception"))
+                                                      for b in node.bases):
+                elsewhere.append(f"{path.relative_to(repo)}:{node.name}")
+    assert elsewhere == []
+    typed = [c for c in vars(E).values() if isinstance(c, type) and issubclass(c, E.RlscopeError)
+             and c is not E.RlscopeError]
+    assert len(typed) >= 15 and all(c.code != E.EXIT_INTERNAL for c in typed), typed
+    readme = (repo / "README.md").read_text()
+    section = readme[readme.index("### Exit codes"):].split("\n## ", 1)[0]
+    listed = {int(n) for n in re.findall(r"`(\d+)`", section)}
+    assert {c.code for c in typed} <= listed, sorted({c.code for c in typed} - listed)
