@@ -11,9 +11,7 @@ import dataclasses
 import os
 import re
 
-# Categories, as numbered in bpf_program.c.
-CAT_PY, CAT_BACKEND, CAT_SIM, CAT_CUDA = 0, 1, 2, 3
-CATEGORY_NAMES = ("python", "backend", "simulator", "cuda_api")
+from ..vocab import CAT_BACKEND, CAT_CUDA, CAT_PY, CAT_SIM, CATEGORIES  # noqa: F401 - the specs' words
 
 # Probe kinds.
 ENTER = "enter"          # entry uprobe: category depth +1 (begin of a begin/end bracket)
@@ -141,6 +139,15 @@ JAX = [
 def builtin() -> list[ProbeSpec]:
     """All built-in probes, in id order (new sets go last so existing ids stay)."""
     return TORCH + CUDART + CUDA_DRIVER + MUJOCO + TENSORFLOW + JAX
+
+
+def category_of_group(group: str) -> str | None:
+    """The category a probe set's specs declare (``sim:<lib>`` sets: simulator), or None
+    for a set the catalog does not know."""
+    if group.startswith("sim:"):
+        return CATEGORIES[CAT_SIM]
+    cats = {s.category for s in builtin() if s.group == group}
+    return CATEGORIES[cats.pop()] if len(cats) == 1 else None
 
 
 def is_user_spec(spec: ProbeSpec) -> bool:

@@ -14,15 +14,8 @@ from . import records as R
 from .engine import Engine, overlap
 from .estimates import CategoryEstimate, Extra
 from .gpu_accounting import GpuView
-
-CATEGORIES = ("python", "backend", "simulator", "cuda_api")
-CAT_GROUPS = {"backend": ("torch", "tensorflow", "jax"), "simulator": ("mujoco", "sim:"), "cuda_api": ("cudart", "cuda-driver")}
-TRANSITIONS = {  # name -> (from, to) category indices
-    "python->backend": (0, 1),
-    "python->simulator": (0, 2),
-    "backend->cuda_api": (1, 3),
-    "python->cuda_api": (0, 3),
-}
+from .probes.catalog import category_of_group
+from .vocab import CATEGORIES
 
 
 @dataclasses.dataclass
@@ -126,11 +119,7 @@ class Accounting:
     def attached_categories(self) -> set[str]:
         """Categories that have at least one probe set attached."""
         groups = self.meta.get("groups", {})
-        out = {"python"}
-        for cat, prefixes in CAT_GROUPS.items():
-            if any(g.startswith(p) for g in groups for p in prefixes):
-                out.add(cat)
-        return out
+        return {"python"} | {c for c in map(category_of_group, groups) if c}
 
     def breakdown(self, threads: list[dict]) -> dict:
         """Category seconds (on/off CPU), calls and transitions summed over threads."""

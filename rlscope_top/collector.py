@@ -24,6 +24,7 @@ from .probes.loader import BccUnavailable, OpCounters, ProbeSet, ThreadCounters
 from .budget import FIRST_WINDOW_S, WINDOW_S, WINDOW_SHARE, Budget
 from .ring import RecordTooLarge, RingWriter
 from .thread_fold import ExitedThreads, fold_all
+from .vocab import ALL_OP, CATEGORIES
 from .target import command_line, is_alive, thread_name, thread_running
 
 SCAN_PERIOD_S = 0.5     # new libraries are picked up within this (+ one tick)
@@ -161,7 +162,7 @@ class Collector:
         """
         busy = False
         for cat, st in self._samples.items():
-            name = catalog.CATEGORY_NAMES[cat]
+            name = CATEGORIES[cat]
             if st["until"] is None and now >= st["next"]:
                 self.probes.restore(cat)
                 self._write_counters(self._counters())
@@ -221,7 +222,7 @@ class Collector:
             self.note("warn", f"overhead {d.overhead_pct:.1f}% > budget {self.budget.max_pct:g}%: "
                               f"{d.category} ({d.category_pct:.1f}%) -> {how}")
             return True
-        name = catalog.CATEGORY_NAMES[d.category]
+        name = CATEGORIES[d.category]
         new = self.probes.degrade(d.category)
         self.ring.write(R.mode(time.monotonic_ns(), name, new, d.overhead_pct, self.budget.max_pct))
         if new != d.mode:               # counting alone would not fit: remove the entries too
@@ -298,7 +299,7 @@ class Collector:
         boundary in between attributes the activity to the next operation.
         """
         op = self._op_of(tid, self._aops.get(tid, 0))
-        return self.op_names[op][0] if op in self.op_names else "<all>"
+        return self.op_names[op][0] if op in self.op_names else ALL_OP
 
     def _op_of(self, tid: int, aop: int) -> int:
         """A thread's operation id: its annotation wins over the sampled rule (0: none)."""
@@ -373,7 +374,7 @@ class Collector:
     # -- records -----------------------------------------------------------
     def _meta(self) -> dict:
         probes = [{"id": a.id, "group": a.spec.group, "label": a.spec.label, "kind": a.spec.kind,
-                   "category": catalog.CATEGORY_NAMES[a.spec.category], "lib": a.path,
+                   "category": CATEGORIES[a.spec.category], "lib": a.path,
                    "offset": a.offset, "emulated": a.emulated, "cost_ns": a.cost_ns}
                   for a in self.probes.attached]
         return R.meta(pid=self.pid, command=self.command, t0_ns=self.t0_ns,

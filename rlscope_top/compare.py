@@ -23,8 +23,9 @@ from rich.table import Table
 
 from .errors import UsageError
 from .summary import SCHEMA
+from .vocab import CATEGORIES, NA_TEXT
 
-CATS = ("python", "backend", "simulator", "cuda_api", "gpu")
+CATS = (*CATEGORIES, "gpu")
 
 
 def load(path: str) -> dict:
@@ -120,7 +121,7 @@ def _share(doc: dict, c: str) -> str:
 
 def _fmt(v: float | None, row: str, per_step: bool) -> str:
     if v is None:
-        return "n/a"
+        return NA_TEXT
     if row.startswith(("python->backend", "backend calls")):
         return f"{v:,.1f}"
     return f"{1e3 * v:,.3f} ms" if per_step else f"{v:,.3f} s"
@@ -128,7 +129,7 @@ def _fmt(v: float | None, row: str, per_step: bool) -> str:
 
 def _ratio(a: float | None, b: float | None) -> str:
     if a is None or b is None:
-        return "n/a"
+        return NA_TEXT
     if a == 0:
         return "-" if b == 0 else "new in B"
     return f"{b / a:.2f}x"

@@ -29,13 +29,14 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from .vocab import NCAT
+from .vocab import NONE_OP as NONE_PART
+
 HALF_LIFE_S = 120.0      # a window this old weighs half as much as a new one
 MIN_PART_WINDOW_NS = 50_000_000   # a part with less window time than this uses the pooled figures
 MIN_WINDOW_TICKS = 20    # window ticks in the category before they scale the ``off`` estimates
-NONE_PART = "<none>"
 T95 = ((1, 12.71), (2, 4.30), (3, 3.18), (4, 2.78), (5, 2.57), (6, 2.45), (7, 2.36), (8, 2.31), (9, 2.26),
        (10, 2.23), (15, 2.13), (20, 2.09), (30, 2.04))   # two-sided Student's t, by degrees of freedom
-NCAT = 4
 NTICK = 6                # tick places: unused, backend, simulator, cuda_api, other, kernel
 
 

@@ -6,13 +6,13 @@ clocks are converted by the collector before writing.
 
 from __future__ import annotations
 
+from .vocab import ALL_OP, NONE_OP  # noqa: F401 - the records name operations with these
+
 GPU, GPU_STATUS, NVML, SYNC, TOTALS = "gpu", "gstat", "nvml", "gsync", "gtot"
 
 # Item layout of a `gpu` record, one list per activity record.
 KIND, START, END, DEVICE, STREAM, CORR, TID, LAUNCH, OP, DETAIL = range(10)
 KERNEL, MEMCPY, MEMSET = "k", "m", "s"
-ALL_OP = "<all>"
-NONE_OP = "<none>"      # the operations table's name for Python-thread time outside every operation
 
 # What to do when a process runs without the GPU activity agent (shown as is).
 HOW_TO = ("GPU kernel timing needs the GPU agent in the process: attach with `rlscope-top PID --gpu-activity` "

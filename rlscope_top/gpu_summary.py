@@ -11,8 +11,8 @@ from .engine import overlap as exact_overlap
 from .gpu_accounting import OVERLAP_KEYS, GpuView
 from .gpu_records import HOW_TO
 from .records import seconds as _s
+from .vocab import ALL_OP, NA, fmt
 
-NA = None
 FIG0 = dict.fromkeys(("kernels", "kernel_ns", "memcpys", "memcpy_ns", "memcpy_bytes", "memsets", "memset_ns",
                       "joined", "kernels_joined", "latency_ns", "busy_ns"), 0)
 
@@ -45,14 +45,14 @@ def apply(doc: dict, acct) -> None:
         doc["operations"].setdefault(name, {})
     op_ov = tot.get("op_overlap") or {}
     for name, entry in doc["operations"].items():
-        fig = every if name == "<all>" else ops.get(name)
+        fig = every if name == ALL_OP else ops.get(name)
         entry["gpu_s"] = _s(fig["busy_ns"]) if have and fig is not None else NA
-        if name == "<all>":
+        if name == ALL_OP:
             entry["overlap_s"] = ov
         else:
             entry["overlap_s"] = {k: _s(v) for k, v in op_ov[name].items()} if have and name in op_ov else NA
         # rates per second of the operation's own wall time, as its transitions_per_s
-        op_wall = int(entry["wall_s"] * 1e9) if name != "<all>" and entry.get("wall_s") else wall
+        op_wall = int(entry["wall_s"] * 1e9) if name != ALL_OP and entry.get("wall_s") else wall
         entry["gpu"] = _op_figures(fig, op_wall, steps, steps_from) if have and fig else NA
     cuda = _cuda_api(doc, tot.get("sync") or {}, wall)
     nvml = _nvml(g, tot, wall, have)
@@ -225,8 +225,8 @@ def _round(v: float | None) -> float | None:
 
 
 # -- text, for the printed summary and the live screen ---------------------------
-def _f(v, fmt: str, na: str = "n/a") -> str:
-    return na if v is None else format(v, fmt)
+def _f(v, spec: str) -> str:
+    return fmt(v, spec)
 
 
 def lines(doc: dict) -> list[str]:
@@ -248,7 +248,7 @@ def _activity_line(doc: dict, g: dict) -> str:
         if not why or why == HOW_TO:          # the long how-to is in the summary's notice
             why = HOW_TO_SHORT
         return f"GPU: n/a, no GPU activity measured: {why}"
-    op = (doc.get("operations", {}).get("<all>") or {}).get("gpu") or {}
+    op = (doc.get("operations", {}).get(ALL_OP) or {}).get("gpu") or {}
     ov = doc["totals"].get("overlap_s") or {}
     wall = doc["totals"].get("wall_s") or 0
     parts = [f"GPU: busy {_f(g['busy_s'], '.3f')}s ({_f(g['busy_pct'], '.1f')}%)",

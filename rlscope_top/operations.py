@@ -15,11 +15,10 @@ Rules (docs/summary-schema.md, "operations"):
 
 from __future__ import annotations
 
-from .accounting import CATEGORIES, TRANSITIONS
+from .vocab import CATEGORIES, NA, TRANSITIONS
 from .gpu_records import NONE_OP
 from .records import seconds as _s
 
-NA = None
 
 
 def raw_rows(acct, measured: dict) -> list[dict]:

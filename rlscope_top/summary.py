@@ -13,12 +13,12 @@ from rich.table import Table
 from . import frameworks as FW
 from . import operations as O
 from . import gpu_summary
-from .accounting import CATEGORIES, TRANSITIONS, Accounting
+from .accounting import Accounting
 from .records import seconds as _s
 from .safe_files import write_atomic
+from .vocab import ALL_OP, CATEGORIES, NA, NA_TEXT, TRANSITIONS, fmt
 
 SCHEMA = "rlscope-top.summary/1"
-NA = None  # the one "not available" value: JSON null, shown as "n/a"
 
 
 def _figures(acct: Accounting, threads: list[dict], wall_s: float, ops: bool = False,
@@ -224,7 +224,7 @@ def build(acct: Accounting, *, ring_path: str = "", dropped: int = 0, detach_s: 
         "shares": _shares(main["totals"]),
         "estimates": _estimates(acct, main["totals"]),
         "job": _job(acct, all_threads, main),
-        "operations": {"<all>": {**main["totals"], "calls": main["calls"], "transitions": main["transitions"]},
+        "operations": {ALL_OP: {**main["totals"], "calls": main["calls"], "transitions": main["transitions"]},
                        **per_op},
         "frameworks": FW.summarize(acct, [th for th in all_threads if th["py"]], main["totals"], main["calls"]),
         "threads": threads,
@@ -381,9 +381,7 @@ def write(summary: dict, path: str) -> None:
 
 
 def _fmt(v, unit: str = "s") -> str:
-    if v is None:
-        return "n/a"
-    return f"{v:,.3f}{unit}" if isinstance(v, float) else f"{v:,}"
+    return fmt(v, ",.3f", unit) if isinstance(v, float) else fmt(v, ",")
 
 
 def render(summary: dict, console: Console | None = None) -> None:
@@ -400,7 +398,7 @@ def render(summary: dict, console: Console | None = None) -> None:
         sp = summary["split"].get(c, {})
         share = summary["shares"].get(c)
         table.add_row(c.replace("_", " "), _fmt(v),
-                      "n/a" if share is None or v is None else f"{100 * share:5.1f}%",
+                      NA_TEXT if share is None or v is None else f"{100 * share:5.1f}%",
                       _fmt(sp.get("on_cpu_s")), _fmt(sp.get("off_cpu_s")),
                       _fmt(summary["calls"].get(c)) if c != "python" else "",
                       _source_cell(summary, c))
@@ -444,7 +442,7 @@ def _render_job(summary: dict, console: Console) -> None:
 
 
 def _render_operations(summary: dict, console: Console) -> None:
-    ops = {n: o for n, o in summary["operations"].items() if n != "<all>" and "wall_s" in o}
+    ops = {n: o for n, o in summary["operations"].items() if n != ALL_OP and "wall_s" in o}
     if not ops:
         return
     table = Table(title="operations (src: a annotated, s sampled)", title_justify="left", show_edge=False,
@@ -467,14 +465,14 @@ def _gpu_cells(o: dict) -> tuple[str, str, str]:
     """GPU time launched from the operation; shares of its wall time with the GPU busy."""
     ov = o.get("overlap_s") or {}
     whole = sum(ov.values())
-    share = (lambda k: _pct(ov[k] / whole)) if whole else (lambda k: "n/a")
+    share = (lambda k: _pct(ov[k] / whole)) if whole else (lambda k: NA_TEXT)
     gs = o.get("gpu_s")
-    return ("n/a" if gs is None else f"{gs:.3f}s", share("both"), share("gpu_only"))
+    return (fmt(gs, ".3f", "s"), share("both"), share("gpu_only"))
 
 
 def _pct(v) -> str:
-    return "n/a" if v is None else f"{100 * v:.0f}%"
+    return fmt(NA if v is None else 100 * v, ".0f", "%")
 
 
 def _rate(v) -> str:
-    return "n/a" if v is None else f"{v:,.0f}"
+    return fmt(v, ",.0f")

@@ -12,12 +12,12 @@ import time
 
 from . import gpu_summary
 from . import summary as S
-from .accounting import CATEGORIES, Accounting
+from .accounting import Accounting
 from .ring import RingReader
+from .vocab import ALL_OP, CATEGORIES, LABELS
 
 HISTORY = 120
 MIN_RATE_WALL_S = 0.05      # an operation's rates are shown once it ran this long (since a reset)
-LABELS = {"python": "Python", "simulator": "Simulator", "backend": "Backend", "cuda_api": "CUDA API", "gpu": "GPU"}
 
 
 def _source(s: dict, c: str) -> str:
@@ -95,7 +95,7 @@ class ViewModel:
             "categories": [{"name": c, "label": LABELS[c], "seconds": tot[c], "share": shares[c],
                             "source": _source(s, c), "history": list(self.history[c])} for c in CATEGORIES],
             "job": _job_line(s),
-            "operations": [{"name": "<all>", "source": "", "wall_share": 1.0 if cat_sum else 0.0,
+            "operations": [{"name": ALL_OP, "source": "", "wall_share": 1.0 if cat_sum else 0.0,
                             "shares": shares, "transitions_per_s": rates["trans"], "calls_per_s": rates["calls"],
                             "transitions": tot["transitions"], "calls": tot["calls"]}] + self._ops(s),
             "threads": s["threads"],
@@ -113,7 +113,7 @@ class ViewModel:
         """One row per operation (since the last reset); rates are per second of the operation."""
         base = (self._base or {}).get("operations", {})
         rows = [self._op_row(name, op, base.get(name)) for name, op in s["operations"].items()
-                if name != "<all>" and "wall_s" in op]      # GPU-only entries have no CPU time
+                if name != ALL_OP and "wall_s" in op]      # GPU-only entries have no CPU time
         total = sum(r["_wall"] for r in rows)
         for r in rows:
             r["wall_share"] = r.pop("_wall") / total if total else 0.0

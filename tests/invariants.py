@@ -12,7 +12,7 @@ import math
 
 import pytest
 
-from rlscope_top.accounting import CATEGORIES
+from rlscope_top.vocab import CATEGORIES
 
 
 def check_figures(fig: dict, where: str) -> None:

@@ -15,7 +15,9 @@ import copy
 
 import numpy as np
 
-from rlscope_top.estimates import NCAT, NTICK, CategoryEstimate, NONE_PART
+from rlscope_top.estimates import NTICK, CategoryEstimate
+from rlscope_top.vocab import NCAT
+from rlscope_top.vocab import NONE_OP as NONE_PART
 
 BACKEND = 1
 TICK_NS = 4_000_000          # 250 Hz per CPU

@@ -29,6 +29,7 @@ def _loaded(mods, banned):
       "rlscope_top.probes.gpu_inject"], ["textual"]),
     (["rlscope_top.gpu_summary", "rlscope_top.gpu_accounting", "rlscope_top.gpu_join", "rlscope_top.gpu_decode",
       "rlscope_top.gpu_records"], ["bcc", "textual", "rlscope_top.probes.loader", "cupti", "pynvml"]),
+    (["rlscope_top.vocab"], ["bcc", "textual", "rich", "msgpack", "numpy", "psutil", "rlscope_top.probes"]),
 ])
 def test_layer_imports(mods, banned):
     assert _loaded(mods, banned) == ""

@@ -12,7 +12,8 @@ from textual.screen import ModalScreen
 from textual.widgets import DataTable, Footer, Static
 
 from rlscope_top import summary as S
-from rlscope_top.view import LABELS, ViewModel
+from rlscope_top.view import ViewModel
+from rlscope_top.vocab import CATEGORIES, LABELS, NA_TEXT, fmt
 
 # Okabe-Ito colours (distinguishable with colour-blindness) plus a glyph per category,
 # so the stacked bar reads without colour too.
@@ -97,7 +98,7 @@ def _rate(v) -> str:
 
 
 def _fmt_s(v) -> str:
-    return "n/a" if v is None else f"{v:,.2f}s"
+    return fmt(v, ",.2f", "s")
 
 
 class HelpScreen(ModalScreen):
@@ -254,7 +255,7 @@ class RlscopeApp(App):
         rows = []
         for c in self._sorted("cats", s["categories"]):
             colour, glyph = STYLE[c["name"]]
-            share = "n/a" if c["seconds"] is None else f"{100 * c['share']:5.1f}%"
+            share = NA_TEXT if c["seconds"] is None else f"{100 * c['share']:5.1f}%"
             rows.append((c["name"], (Text(f"{glyph} {c['label']}", style=colour), _fmt_s(c["seconds"]), share,
                                      Text(spark(c["history"]), style=colour), c["source"])))
         _refill(self.query_one("#cats", DataTable), rows)
@@ -323,7 +324,7 @@ class RlscopeApp(App):
             th = next((t for t in self.last["threads"] if str(t["tid"]) == key), None)
             if th:
                 self.notify(f"tid {key} {th['name']}: " + ", ".join(
-                    f"{LABELS[c]} {_fmt_s(th[f'{c}_s'])}" for c in ("python", "backend", "simulator", "cuda_api")),
+                    f"{LABELS[c]} {_fmt_s(th[f'{c}_s'])}" for c in CATEGORIES),
                     title="thread")
 
     def action_reset(self) -> None:
