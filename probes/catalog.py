@@ -1,7 +1,7 @@
 """The probe catalog: which symbol in which library means what.
 
 Each probe becomes one generated BPF function with a compile-time id, so a hit
-costs a map update and no lookup. See PROBE-NOTES in the brief for why each
+costs a map update and no lookup. See docs/probe-notes.md for why each
 symbol was chosen (and why uretprobes are never put on C++ functions).
 """
 
@@ -103,7 +103,7 @@ _TF_PY = r"^lib_pywrap_tensorflow_common\.so"
 _TF_CC = r"^libtensorflow_cc\.so"
 _JAX = r"^libjax_common\.so"
 
-# TensorFlow 2.21 (PROBE-NOTES). The TFE_Py_* functions report every error through a
+# TensorFlow 2.21 (docs/probe-notes.md). The TFE_Py_* functions report every error through a
 # TSL_Status or a Python exception and return normally (the pybind11 wrapper throws after
 # they return), and TF_SessionRun is plain C: return probes on them are exception-safe.
 # TFE_Execute is left out: every Python entry reaches it through one of these (nested).

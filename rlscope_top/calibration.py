@@ -2,7 +2,7 @@
 
 `rlscope-top calibrate` measures them (rlscope_top/calibrate.py) and stores them here,
 keyed by kernel release and CPU model. Until then the defaults below, measured on
-the development VM class (kernel 6.18, see the brief's probe notes), are used and
+the development VM class (kernel 6.18, see docs/probe-notes.md), are used and
 the correction is labelled uncalibrated.
 
 Where a call's probe cost lands: each trap is split around the timestamp the BPF

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import load_summary
+from support import load_summary
 from truth import truth_shares, unprobed_shares
 
 pytestmark = pytest.mark.ebpf
@@ -45,7 +45,7 @@ def test_calibrate_measures_emulated_cheaper_than_out_of_line(ebpf, calibration_
     (entry,) = data["machines"].values()
     k = entry["kinds"]
     total = {kind: v["inside"] + v["outside"] for kind, v in k.items() if kind != "sched_switch"}
-    # the brief's probe notes: ~0.7 us emulated vs ~9.3 us stepped out of line, per trap
+    # docs/probe-notes.md: ~0.7 us emulated vs ~9.3 us stepped out of line, per trap
     assert total["bracket_ool"] > 3 * total["bracket"] > 0
     assert total["pair_ool"] > 3 * total["pair"] > 0
     assert k["pair_ool"]["inside"] > k["pair_ool"]["outside"]   # the out-of-line step runs after the timestamp
