@@ -43,7 +43,8 @@ CHURN = ("import threading, time, sys\n"
 LOOP = [PY, os.path.join(HERE, "workloads", "rl_tiny_loop.py")]
 
 
-def _last_rate(target: subprocess.Popen, out: list) -> None:
+def drain_rate(target: subprocess.Popen, out: list) -> None:
+    """Read the churn target's output to its end (so it never blocks), keeping its last rate."""
     for line in target.stdout:
         if line.startswith("rate"):
             out[:] = [float(line.split()[1])]
@@ -61,7 +62,7 @@ def run_case(target_argv: list[str], duration: float, extra: list[str], kill_aft
     t = subprocess.Popen(target_argv, stdout=subprocess.PIPE, text=True)
     assert t.stdout.readline().startswith("ready")
     rate: list = []
-    threading.Thread(target=_last_rate, args=(t, rate), daemon=True).start()
+    threading.Thread(target=drain_rate, args=(t, rate), daemon=True).start()
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "s.json")
         t0 = time.monotonic()

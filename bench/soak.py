@@ -24,11 +24,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 PY = sys.executable
-CHURN = ("import threading, time\n"
-         "print('ready', flush=True)\n"
-         "while True:\n"
-         "    ts = [threading.Thread(target=time.sleep, args=(0.001,)) for _ in range(30)]\n"
-         "    [t.start() for t in ts]; [t.join() for t in ts]\n")
+sys.path.insert(0, HERE)
+from hostile_load import CHURN, drain_rate  # noqa: E402 - one churn target for both benches
 
 
 def slope_mb_per_h(samples: list[tuple[float, int]]) -> float:
@@ -53,6 +50,7 @@ def soak(name: str, target_argv: list[str], minutes: float, log) -> dict:
     """Attach to a fresh target for `minutes`; the monitor's RSS samples and its summary's state."""
     t = subprocess.Popen(target_argv, stdout=subprocess.PIPE, text=True)
     assert t.stdout.readline().startswith("ready")
+    threading.Thread(target=drain_rate, args=(t, []), daemon=True).start()   # its output never blocks it
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "s.json")
         m = subprocess.Popen([PY, "-m", "rlscope_top.cli", "attach", str(t.pid), "--headless",
@@ -140,7 +138,6 @@ def main() -> int:
 
 def write_doc(minutes: float, rows: list[str]) -> None:
     """The table, in docs/security.md."""
-    sys.path.insert(0, HERE)
     from docsection import replace_section  # noqa: PLC0415
 
     replace_section(os.path.join(REPO, "docs", "security.md"), "## Memory over a long attach", [

@@ -1,4 +1,5 @@
-"""Fixtures: real target processes, the real CLI as a monitor, and the eBPF gate.
+"""Fixtures: real target processes, the real CLI as a monitor, and the eBPF gate (what the
+tests share besides fixtures is in tests/support).
 
 eBPF tests skip when bcc or root is missing, unless RLSCOPE_REQUIRE_EBPF=1 (set by
 .ci/run), which turns "eBPF unavailable" into a failure.
@@ -6,34 +7,14 @@ eBPF tests skip when bcc or root is missing, unless RLSCOPE_REQUIRE_EBPF=1 (set 
 
 from __future__ import annotations
 
-import json
 import os
-import signal
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).parent
-TARGETS = HERE / "targets"
-REPO = HERE.parent
-CLI = [sys.executable, "-m", "rlscope_top.cli"]
-
-
-def ebpf_problem() -> str | None:
-    """Why eBPF tests cannot run here, or None."""
-    if os.geteuid() != 0:
-        return "not root"
-    try:
-        import bcc  # noqa: F401
-    except Exception as e:
-        return f"bcc not importable: {e}"
-    if not os.path.exists(f"/lib/modules/{os.uname().release}/build"):
-        return "kernel headers not linked (run scripts/setup.sh)"
-    return None
+from support import CLI, HERE, TARGETS, Proc, ebpf_problem, require_modules
 
 
 @pytest.fixture
@@ -44,19 +25,6 @@ def ebpf():
         if os.environ.get("RLSCOPE_REQUIRE_EBPF") == "1":
             pytest.fail(f"eBPF unavailable but RLSCOPE_REQUIRE_EBPF=1: {why}")
         pytest.skip(f"eBPF unavailable: {why}")
-
-
-def require_modules(modules: tuple[str, ...], env_var: str, extra: str) -> None:
-    """Skip the test when a module its target imports is missing, unless ``env_var``=1 (set by
-    .ci/run), which turns that into a failure. find_spec: no slow import in the test process."""
-    import importlib.util  # noqa: PLC0415
-
-    missing = [m for m in modules if importlib.util.find_spec(m) is None]
-    if missing:
-        why = f"not installed: {', '.join(missing)} (pip install -e '.[{extra}]', or scripts/setup.sh)"
-        if os.environ.get(env_var) == "1":
-            pytest.fail(f"{env_var}=1 but {why}")
-        pytest.skip(why)
 
 
 @pytest.fixture
@@ -95,74 +63,6 @@ def gpu_native(tmp_path_factory) -> dict:
 
     d = tmp_path_factory.mktemp("gpu")
     return {**standins.build(str(d)), "dir": d}
-
-
-class Proc:
-    """A child process whose stdout/stderr lines we can wait for (read by threads)."""
-
-    def __init__(self, argv: list[str], **kw):
-        self.argv = argv
-        self.p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                  cwd=kw.pop("cwd", None), env=kw.pop("env", None))
-        self.out: list[str] = []
-        self.err: list[str] = []
-        self._cv = threading.Condition()
-        self._readers = [threading.Thread(target=self._pump, args=(src, buf), daemon=True)
-                         for src, buf in ((self.p.stdout, self.out), (self.p.stderr, self.err))]
-        for t in self._readers:
-            t.start()
-
-    def _pump(self, src, buf):
-        for line in src:
-            with self._cv:
-                buf.append(line)
-                self._cv.notify_all()
-        with self._cv:
-            self._cv.notify_all()
-
-    @property
-    def pid(self) -> int:
-        return self.p.pid
-
-    def wait_line(self, needle: str, stream: str = "stdout", timeout: float = 60.0) -> str:
-        buf = self.out if stream == "stdout" else self.err
-        end = time.monotonic() + timeout
-        with self._cv:
-            while True:
-                for line in buf:
-                    if needle in line:
-                        return line
-                left = end - time.monotonic()
-                if left <= 0 or (self.p.poll() is not None and not any(t.is_alive() for t in self._readers)):
-                    break
-                self._cv.wait(min(left, 0.2))
-        raise AssertionError(f"{needle!r} not seen on {stream} of {self.argv[:4]} "
-                             f"(rc={self.p.poll()}): {''.join(buf)[-2000:]}")
-
-    def finish(self, sig: int | None = None, timeout: float = 60.0) -> int:
-        if sig is not None and self.p.poll() is None:
-            self.p.send_signal(sig)
-        try:
-            self.p.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.p.kill()
-            self.p.wait()
-        for t in self._readers:
-            t.join(5)
-        return self.p.returncode
-
-    def kill(self) -> None:
-        if self.p.poll() is None:
-            self.p.kill()
-            self.p.wait()
-
-    @property
-    def stderr_text(self) -> str:
-        return "".join(self.err)
-
-    @property
-    def stdout_text(self) -> str:
-        return "".join(self.out)
 
 
 @pytest.fixture
@@ -209,20 +109,3 @@ def monitor(spawn, tmp_path):
         return m, summary
 
     return _monitor
-
-
-def wait_file(path: Path, timeout: float = 30.0) -> None:
-    """Wait for a handshake file a target writes (its readiness, never a sleep)."""
-    end = time.monotonic() + timeout
-    while not path.exists():
-        assert time.monotonic() < end, f"{path} never appeared"
-        time.sleep(0.02)
-
-
-def load_summary(path: Path) -> dict:
-    with open(path) as f:
-        return json.load(f)
-
-
-def stop(m: Proc, sig: int = signal.SIGINT) -> int:
-    return m.finish(sig)

@@ -12,7 +12,6 @@ Shared by tests/test_hostile_input.py and bench/fuzz_ring.py.
 
 from __future__ import annotations
 
-import os
 import random
 import struct
 
@@ -22,6 +21,7 @@ from rlscope_top import gpu_decode as D
 from rlscope_top.gpu_accounting import GpuTotals
 from rlscope_top.gpu_join import Joiner
 from rlscope_top.probes import gpu_region as GR
+from ring_fuzz import drive
 
 PID = 4242
 CAP, NCAP = 8192, 4096
@@ -143,21 +143,10 @@ def fuzz(path: str, cases: int, seed: int) -> dict:
     """Run ``cases`` variants through a session's reading. Returns counts and the first defects."""
     rng = random.Random(seed)
     base = base_region()
-    out = {"cases": cases, "typed": 0, "read": 0, "untyped": 0, "examples": []}
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        for _ in range(cases):
-            data = mutate(rng, base)
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, data, 0)
-            _one(path, out)
-    finally:
-        os.close(fd)
-        os.unlink(path)
-    return out
+    return drive(path, cases, lambda: mutate(rng, base), _one)
 
 
-def _one(path: str, out: dict) -> None:
+def _one(path: str, out: dict, data: bytes) -> None:
     try:
         grew = bounded(read_like_a_session(path))
     except (GR.RegionError, D.LayoutError):

@@ -14,6 +14,7 @@ import json
 import os
 import random
 import struct
+from typing import Callable
 
 from rich.console import Console
 
@@ -63,14 +64,20 @@ def fuzz(path: str, cases: int, seed: int) -> dict:
     """Run ``cases`` variants through RingReader. Returns counts and the first untyped errors."""
     rng = random.Random(seed)
     base = base_ring(path)
+    return drive(path, cases, lambda: mutate(rng, base), _one)
+
+
+def drive(path: str, cases: int, make: Callable[[], bytes], one: Callable[[str, dict, bytes], None]) -> dict:
+    """Write ``cases`` variants from ``make`` to ``path`` in turn and hand each to ``one``,
+    which counts it in ``out`` (typed, read, untyped, examples)."""
     out = {"cases": cases, "typed": 0, "read": 0, "untyped": 0, "examples": []}
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         for _ in range(cases):
-            data = mutate(rng, base)
+            data = make()
             os.ftruncate(fd, 0)
             os.pwrite(fd, data, 0)
-            _one(path, out, data)
+            one(path, out, data)
     finally:
         os.close(fd)
         os.unlink(path)

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import CLI, REPO, load_summary
+from support import CLI, REPO, load_summary
 from rlscope_top import errors as E
 
 

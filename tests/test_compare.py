@@ -8,7 +8,7 @@ import subprocess
 import pytest
 from rich.console import Console
 
-from conftest import CLI, REPO
+from support import CLI, REPO
 from rlscope_top import compare
 from rlscope_top.errors import UsageError
 

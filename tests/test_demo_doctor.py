@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from conftest import CLI, REPO, load_summary
+from support import CLI, REPO, load_summary
 
 
 @pytest.mark.ebpf

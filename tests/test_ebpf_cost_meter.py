@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from conftest import load_summary, stop, wait_file
+from support import load_summary, stop, wait_file
 
 pytestmark = pytest.mark.ebpf
 BURST_S = 1.5

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from conftest import load_summary, stop, wait_file
+from support import load_summary, stop, wait_file
 
 pytestmark = pytest.mark.ebpf
 

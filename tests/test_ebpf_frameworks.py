@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from conftest import load_summary, stop, wait_file
+from support import load_summary, stop, wait_file
 from truth import truth_shares
 
 pytestmark = pytest.mark.ebpf

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conftest import CLI, load_summary
+from support import CLI, load_summary
 
 pytestmark = pytest.mark.ebpf
 

@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from conftest import load_summary
+from support import load_summary
 
 pytestmark = pytest.mark.ebpf
 

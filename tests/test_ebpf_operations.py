@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from conftest import load_summary
+from support import load_summary
 
 pytestmark = pytest.mark.ebpf
 CYCLES, INFER, TRAIN = 101, 7, 5     # primes: counts that cannot come out right by accident

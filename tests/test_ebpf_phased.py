@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from conftest import load_summary
+from support import load_summary
 from truth import unprobed_shares
 
 pytestmark = [pytest.mark.ebpf, pytest.mark.quiet]

@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from conftest import REPO, load_summary, require_modules, stop
+from support import REPO, load_summary, require_modules, stop
 from invariants import check_summary
 
 sys.path.insert(0, str(REPO / "bench"))

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conftest import load_summary
+from support import load_summary
 
 pytestmark = pytest.mark.ebpf
 

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import CLI, REPO, load_summary, stop, wait_file
+from support import CLI, REPO, load_summary, stop, wait_file
 from rlscope_top import errors as E
 
 pytestmark = pytest.mark.ebpf

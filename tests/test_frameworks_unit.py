@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from conftest import CLI, REPO
+from support import CLI, REPO
 from rlscope_top import frameworks as F
 from rlscope_top.probes import catalog, frameworks as FW, symbols
 from rlscope_top.probes.loader import program_text

@@ -14,7 +14,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import REPO, TARGETS
+from support import REPO, TARGETS
 from rlscope_top import gpu_decode as D
 from rlscope_top.gpu_join import Joiner
 from rlscope_top.launch import INJECT_DIR, LaunchListener

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from conftest import CLI, REPO, TARGETS, load_summary
+from support import CLI, REPO, TARGETS, load_summary
 
 pytest.importorskip("cupti")
 pytestmark = pytest.mark.ebpf

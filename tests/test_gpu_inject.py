@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import TARGETS
+from support import TARGETS
 from rlscope_top.probes import gpu_inject
 from rlscope_top.probes import gpu_region as R
 

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from conftest import REPO
+from support import REPO
 
 sys.path.insert(0, str(REPO / "bench"))
 gpu_record_rate = pytest.importorskip("gpu_record_rate")

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from conftest import load_summary
+from support import load_summary
 import numpy as np
 
 import region_fuzz

@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import wait_file
+from support import wait_file
 from rlscope_top.probes import elf_symbols as ES
 from rlscope_top.probes.static_copies import StaticCopies
 

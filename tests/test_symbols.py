@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CLI, HERE, REPO, wait_file
+from support import CLI, HERE, REPO, wait_file
 from rlscope_top import errors as E
 from rlscope_top.probes import elf_symbols as ES
 from rlscope_top.probes.prologue import is_cheap_at

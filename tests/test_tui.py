@@ -3,7 +3,6 @@ ring, and snapshots at 80x24 and 160x48."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 import pytest
@@ -41,42 +40,34 @@ def _cells(app, table_id):
     return [[str(c) for c in t.get_row_at(i)] for i in range(t.row_count)]
 
 
-def test_rows_show_the_recorded_breakdown(ring, tmp_path):
+@pytest.mark.anyio
+async def test_rows_show_the_recorded_breakdown(ring, tmp_path):
     app = _app(ring, tmp_path)
-    seen = {}
-
-    async def go():
-        async with app.run_test(size=(120, 40)) as pilot:
-            await pilot.pause()
-            seen["cats"] = _cells(app, "#cats")
-            seen["ops"] = _cells(app, "#ops")
-            seen["threads"] = _cells(app, "#threads")
-            seen["header"] = str(app.query_one("#header").render())
-            seen["gpu"] = str(app.query_one("#gpu").render())
-    asyncio.run(go())
-    cats = {row[0][2:]: row for row in seen["cats"]}
-    assert cats["Python"][1] == "0.80s" and cats["Python"][2].strip() == "51.3%"   # 0.8 / (0.8 + 0.36 + 0.4)
-    assert cats["Backend"][1] == "0.36s" and cats["Simulator"][1] == "0.40s"
-    assert cats["CUDA API"][1] == "n/a" and cats["CUDA API"][4] == "unavailable"
-    assert seen["ops"][0][0] == "<all>" and seen["ops"][0][2] == "100%"
-    assert [r[0] for r in seen["threads"]] == ["42", "44", "43"]        # on-CPU: 1.16 s, 0.495 s, 0.1 s
-    assert "pid 42" in seen["header"] and "python train.py" in seen["header"]
-    assert "n/a, no GPU activity" in seen["gpu"]
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        cats = {row[0][2:]: row for row in _cells(app, "#cats")}
+        assert cats["Python"][1] == "0.80s" and cats["Python"][2].strip() == "51.3%"   # 0.8 / (0.8 + 0.36 + 0.4)
+        assert cats["Backend"][1] == "0.36s" and cats["Simulator"][1] == "0.40s"
+        assert cats["CUDA API"][1] == "n/a" and cats["CUDA API"][4] == "unavailable"
+        ops = _cells(app, "#ops")
+        assert ops[0][0] == "<all>" and ops[0][2] == "100%"
+        assert [r[0] for r in _cells(app, "#threads")] == ["42", "44", "43"]   # on-CPU: 1.16 s, 0.495 s, 0.1 s
+        header = str(app.query_one("#header").render())
+        assert "pid 42" in header and "python train.py" in header
+        assert "n/a, no GPU activity" in str(app.query_one("#gpu").render())
 
 
-def test_sort_key_cycles_the_threads_table(ring, tmp_path):
+@pytest.mark.anyio
+async def test_sort_key_cycles_the_threads_table(ring, tmp_path):
     app = _app(ring, tmp_path)
     order = []
-
-    async def go():
-        async with app.run_test(size=(120, 40)) as pilot:
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        app.query_one("#threads").focus()
+        for _ in range(6):
+            order.append([r[0] for r in _cells(app, "#threads")])
+            await pilot.press("o")
             await pilot.pause()
-            app.query_one("#threads").focus()
-            for _ in range(6):
-                order.append([r[0] for r in _cells(app, "#threads")])
-                await pilot.press("o")
-                await pilot.pause()
-    asyncio.run(go())
     assert order[0] == ["42", "44", "43"]          # on-CPU
     assert order[1] == ["44", "42", "43"]          # off-CPU: 1.5 s, 0.3 s, 0
     assert order[2] == ["42", "43", "44"]          # Python: the pool thread never ran Python (n/a)
@@ -85,84 +76,66 @@ def test_sort_key_cycles_the_threads_table(ring, tmp_path):
     assert order[5] == ["42", "43", "44"]          # TID ascending
 
 
-def test_sort_follows_focus_and_enter_shows_details(ring, tmp_path):
+@pytest.mark.anyio
+async def test_sort_follows_focus_and_enter_shows_details(ring, tmp_path):
     app = _app(ring, tmp_path)
-    state = {}
-
-    async def go():
-        async with app.run_test(size=(120, 40), notifications=True) as pilot:
-            await pilot.pause()
-            app.query_one("#cats").focus()
-            await pilot.press("o")                          # categories by time
-            await pilot.pause()
-            state["cats"] = [r[0][2:] for r in _cells(app, "#cats")]
-            state["threads"] = [r[0] for r in _cells(app, "#threads")]
-            app.query_one("#ops").focus()
-            await pilot.press("enter")
-            await pilot.pause()
-            state["notes"] = [n.message for n in app._notifications]
-    asyncio.run(go())
-    assert state["cats"] == ["Python", "Simulator", "Backend", "CUDA API"]   # 0.8 s, 0.4 s, 0.36 s, n/a
-    assert state["threads"] == ["42", "44", "43"]                            # untouched: not focused
-    assert any("<all>: Python 51.3%" in n and "1,032 calls" in n for n in state["notes"]), state["notes"]
+    async with app.run_test(size=(120, 40), notifications=True) as pilot:
+        await pilot.pause()
+        app.query_one("#cats").focus()
+        await pilot.press("o")                          # categories by time
+        await pilot.pause()
+        assert [r[0][2:] for r in _cells(app, "#cats")] == ["Python", "Simulator", "Backend", "CUDA API"]
+        assert [r[0] for r in _cells(app, "#threads")] == ["42", "44", "43"]   # untouched: not focused
+        app.query_one("#ops").focus()
+        await pilot.press("enter")
+        await pilot.pause()
+        notes = app.notices()
+        assert any("<all>: Python 51.3%" in n and "1,032 calls" in n for n in notes), notes
 
 
-def test_exit_banner_and_quit_writes_the_summary(ring, tmp_path):
+@pytest.mark.anyio
+async def test_exit_banner_and_quit_writes_the_summary(ring, tmp_path):
     app = _app(ring, tmp_path)
-    banner = {}
-
-    async def go():
-        async with app.run_test(size=(100, 30)) as pilot:
-            await pilot.pause()
-            b = app.query_one("#banner")
-            banner["text"], banner["shown"] = str(b.render()), b.has_class("show")
-            await pilot.press("q")
-    asyncio.run(go())
-    assert banner["shown"] and "target exited" in banner["text"]
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+        b = app.query_one("#banner")
+        assert b.has_class("show") and "target exited" in str(b.render())
+        await pilot.press("q")
     assert app.return_value == str(tmp_path / "summary.json")
     s = json.loads((tmp_path / "summary.json").read_text())
     assert s["schema"] == "rlscope-top.summary/1" and s["calls"]["backend"] == 1009
 
 
-def test_no_banner_while_running_and_snapshot_key(running_ring, tmp_path):
+@pytest.mark.anyio
+async def test_no_banner_while_running_and_snapshot_key(running_ring, tmp_path):
     app = _app(running_ring, tmp_path)
-    state = {}
-
-    async def go():
-        async with app.run_test(size=(100, 30)) as pilot:
-            await pilot.pause()
-            state["banner"] = app.query_one("#banner").has_class("show")
-            await pilot.press("s")
-            await pilot.pause()
-    asyncio.run(go())
-    assert state["banner"] is False
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+        assert app.query_one("#banner").has_class("show") is False
+        await pilot.press("s")
+        await pilot.pause()
     snap = json.loads((tmp_path / "summary.snapshot1.json").read_text())
     assert snap["end_reason"] is None and snap["totals"]["python_s"] == 0.8
 
 
-def test_pause_reset_and_help(ring, tmp_path):
+@pytest.mark.anyio
+async def test_pause_reset_and_help(ring, tmp_path):
     app = _app(ring, tmp_path)
-    state = {}
-
-    async def go():
-        async with app.run_test(size=(120, 40)) as pilot:
-            await pilot.pause()
-            await pilot.press("p")
-            state["paused"] = app.paused and "[paused]" in str(app.query_one("#header").render())
-            await pilot.press("p")
-            await pilot.press("r")
-            await pilot.pause()
-            state["after_reset"] = {row[0][2:]: row[1] for row in _cells(app, "#cats")}
-            await pilot.press("question_mark")
-            await pilot.pause()
-            state["help"] = isinstance(app.screen, HelpScreen)
-            await pilot.press("escape")
-            await pilot.pause()
-            state["closed"] = not isinstance(app.screen, HelpScreen)
-    asyncio.run(go())
-    assert state["paused"]
-    assert state["after_reset"]["Python"] == "0.00s" and state["after_reset"]["Backend"] == "0.00s"
-    assert state["help"] and state["closed"]
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        await pilot.press("p")
+        assert app.paused and "[paused]" in str(app.query_one("#header").render())
+        await pilot.press("p")
+        await pilot.press("r")
+        await pilot.pause()
+        after_reset = {row[0][2:]: row[1] for row in _cells(app, "#cats")}
+        assert after_reset["Python"] == "0.00s" and after_reset["Backend"] == "0.00s"
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not isinstance(app.screen, HelpScreen)
 
 
 def test_bar_and_sparkline_read_without_colour():
@@ -211,28 +184,25 @@ def test_snapshot_help_and_sorted(snap_compare, ring, tmp_path):
     assert snap_compare(_app(ring, tmp_path), press=["tab", "tab", "o", "question_mark"], terminal_size=(80, 24))
 
 
-def test_operations_table_shows_each_operation_with_its_source(ops_ring, tmp_path):
+@pytest.mark.anyio
+async def test_operations_table_shows_each_operation_with_its_source(ops_ring, tmp_path):
     app = _app(ops_ring, tmp_path)
-    seen = {}
-
-    async def go():
-        async with app.run_test(size=(120, 40)) as pilot:
-            await pilot.pause()
-            seen["ops"] = _cells(app, "#ops")
-            app.query_one("#ops").focus()
-            await pilot.press("down", "enter")        # details of the biggest operation
-            await pilot.pause()
-            seen["notes"] = [n.message for n in app._notifications]
-    asyncio.run(go())
-    rows = {r[0]: r for r in seen["ops"]}
-    assert [r[0] for r in seen["ops"]] == ["<all>", "<none>", "env", "inference"]   # by wall time
-    assert rows["env"][1] == "sampled" and rows["inference"][1] == "annotated" and rows["<none>"][1] == ""
-    assert rows["inference"][2] == "30%" and rows["env"][2] == "32%" and rows["<none>"][2] == "38%"
-    assert rows["inference"][4] == f"{700 / 0.47:,.0f}"          # transitions per second of the operation
-    assert any(n.startswith("<none>") for n in seen["notes"]), seen["notes"]
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        ops = _cells(app, "#ops")
+        rows = {r[0]: r for r in ops}
+        assert [r[0] for r in ops] == ["<all>", "<none>", "env", "inference"]   # by wall time
+        assert rows["env"][1] == "sampled" and rows["inference"][1] == "annotated" and rows["<none>"][1] == ""
+        assert rows["inference"][2] == "30%" and rows["env"][2] == "32%" and rows["<none>"][2] == "38%"
+        assert rows["inference"][4] == f"{700 / 0.47:,.0f}"          # transitions per second of the operation
+        app.query_one("#ops").focus()
+        await pilot.press("down", "enter")        # details of the biggest operation
+        await pilot.pause()
+        assert any(n.startswith("<none>") for n in app.notices()), app.notices()
 
 
-def test_the_screen_opens_at_once_and_says_it_is_attaching(tmp_path):
+@pytest.mark.anyio
+async def test_the_screen_opens_at_once_and_says_it_is_attaching(tmp_path):
     """The screen is up while the probes compile: it says so, then shows data once they land."""
     from rlscope_top import records as R
     from rlscope_top.ring import RingWriter
@@ -243,18 +213,14 @@ def test_the_screen_opens_at_once_and_says_it_is_attaching(tmp_path):
     w = RingWriter(path, capacity=1 << 16)
     w.write(R.note(1, "status", ATTACHING))
     app = RlscopeApp(path, str(tmp_path / "s.json"), clock=lambda: 1000.0, write_on_quit=False, pid=42)
-    seen = {}
-
-    async def go():
-        async with app.run_test(size=(120, 40)) as pilot:
-            await pilot.pause()
-            seen["before"] = str(app.query_one("#header").render())
-            for r in stream():
-                w.write(r)
-            app.refresh_view()
-            await pilot.pause()
-            seen["after"] = str(app.query_one("#header").render())
-    asyncio.run(go())
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        before = str(app.query_one("#header").render())
+        assert "pid 42" in before and "attaching: compiling" in before
+        for r in stream():
+            w.write(r)
+        app.refresh_view()
+        await pilot.pause()
+        after = str(app.query_one("#header").render())
+        assert "python train.py" in after and "attaching" not in after
     w.close()
-    assert "pid 42" in seen["before"] and "attaching: compiling" in seen["before"]
-    assert "python train.py" in seen["after"] and "attaching" not in seen["after"]

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import REPO
+from support import REPO
 
 pytestmark = pytest.mark.ebpf
 

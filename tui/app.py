@@ -191,6 +191,10 @@ class RlscopeApp(App):
         self.set_interval(self.interval_s, self.refresh_view)
 
     # -- refresh -----------------------------------------------------------
+    def notices(self) -> list[str]:
+        """The messages of the notifications on screen now (what a user reads)."""
+        return [n.message for n in self._notifications]
+
     def refresh_view(self) -> None:
         """Read the ring and redraw (unless paused; the ring is still read)."""
         try:
