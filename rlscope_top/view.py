@@ -73,6 +73,14 @@ class ViewModel:
         """The full summary document as it stands."""
         return S.build(self.acct, ring_path=self.reader.path, dropped=self.reader.dropped)
 
+    def write_summary(self, path: str) -> tuple[str, str | None]:
+        """Write the summary as it stands (summary.write_safely: never lost, 0600).
+
+        Returns:
+            (the path written, why ``path`` failed or None).
+        """
+        return S.write_safely(self.summary(), path, self.acct.meta.get("pid", 0))
+
     def snapshot(self) -> dict:
         """Everything the screen shows, for this refresh."""
         s = self.summary()

@@ -44,3 +44,20 @@ def test_annotation_api_is_standard_library_only():
 
 def test_the_check_can_fail():
     assert _loaded(["rlscope_top.probes.loader", "textual"], ["textual"]) == "textual"
+
+
+def test_the_screen_reads_only_the_view_model():
+    """tui/ imports nothing of rlscope_top but the view model and the shared words: a panel
+    reads `ViewModel` (which asks the accounting), never the summary builder or the ring."""
+    import ast  # noqa: PLC0415
+    import pathlib  # noqa: PLC0415
+
+    tui = pathlib.Path(__file__).resolve().parents[1] / "tui"
+    used = set()
+    for path in tui.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("rlscope_top"):
+                used.add(node.module)
+            elif isinstance(node, ast.Import):
+                used |= {a.name for a in node.names if a.name.startswith("rlscope_top")}
+    assert used <= {"rlscope_top.view", "rlscope_top.vocab"}, used

@@ -11,7 +11,6 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Footer, Static
 
-from rlscope_top import summary as S
 from rlscope_top.view import ViewModel
 from rlscope_top.vocab import CATEGORIES, LABELS, NA_TEXT, fmt
 
@@ -288,7 +287,7 @@ class RlscopeApp(App):
                 self.vm.poll()
             except Exception:  # noqa: BLE001 - a corrupt tail: the summary of what was read
                 pass
-            path, _ = S.write_safely(self.vm.summary(), path, self.vm.acct.meta.get("pid", 0))
+            path, _ = self.vm.write_summary(path)
         self.exit(path)
 
     def action_pause(self) -> None:
@@ -300,7 +299,7 @@ class RlscopeApp(App):
     def action_snapshot(self) -> None:
         self.snapshots += 1
         want = self.summary_path.removesuffix(".json") + f".snapshot{self.snapshots}.json"
-        path, failed = S.write_safely(self.vm.summary(), want, self.vm.acct.meta.get("pid", 0))
+        path, failed = self.vm.write_summary(want)
         self.notify(f"snapshot written to {path}" + (f" (could not write {failed})" if failed else ""),
                     severity="warning" if failed else "information")
 
