@@ -186,7 +186,8 @@ class Accounting:
             info[cat] = {"mode": est.base_mode, "windows": est.windows, "window_s": est.window_ns / 1e9,
                          "estimated_s": est.estimated_s(self.last_ts), "bound_ns": bound,
                          "unknown": any(e.unknown for e in ex.values()), "extra_ns": total,
-                         "extra_calls": sum(e.calls for e in ex.values())}
+                         "extra_calls": sum(e.calls for e in ex.values()),
+                         "ns_per_tick": est.win_on_ns / est.win_ticks if est.win_ticks else None}
         out = {"parts": parts, "threads": threads, "info": info}
         self._est_cache = (key, out)
         return out

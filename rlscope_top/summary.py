@@ -185,7 +185,8 @@ def _estimates(acct: Accounting, totals: dict) -> dict:
                     "estimated_s": round(info["estimated_s"], 3),
                     "bound_s": _s(b) if b is not None else NA,
                     "bound_pp": round(100 * b / 1e9 / whole, 2) if b is not None and whole else NA,
-                    "state": "estimating" if info["unknown"] else "ok"}
+                    "state": "estimating" if info["unknown"] else "ok",
+                    "window_ms_per_tick": round(info["ns_per_tick"] / 1e6, 3) if info.get("ns_per_tick") else NA}
     return out
 
 
