@@ -24,7 +24,7 @@ from . import uprobe_multi
 from .symbols import resolve as resolve_symbol
 from .static_copies import StaticCopies
 from .prologue import cheap_offset, is_cheap_at
-from ..calibration import Calibration, load as load_calibration
+from ..collect.calibration import Calibration, load as load_calibration
 from ..errors import BccUnavailable
 
 DRAIN_BUDGET_S = 0.1   # monitor time one drain of the event buffer may take

@@ -2,7 +2,7 @@
 
 austin (https://github.com/P403n1x87/austin) reads the interpreter's frames with
 process_vm_readv without stopping the target. Each sample's stack goes through the
-operation rules (rlscope_top/op_rules.py); when a thread's operation changes, the
+operation rules (rlscope_top/collect/op_rules.py); when a thread's operation changes, the
 sampler writes the new id into the kernel's ``sop`` map, and the BPF program charges
 that thread's exact probe time, calls and transitions to it from then on. So an
 operation's boundaries are known to within one sample period, while the time and
@@ -21,7 +21,7 @@ from typing import Callable
 
 _now = time.monotonic_ns
 
-from ..op_rules import Matcher, Rule
+from ..collect.op_rules import Matcher, Rule
 
 SAMPLED_ID_BASE = 4096          # annotated operations use ids 1..1023
 DEFAULT_HZ = 100

@@ -8,7 +8,8 @@ import os
 import signal
 import sys
 
-from . import __version__, op_rules
+from . import __version__
+from .collect import op_rules
 from .errors import EXIT_INTERNAL, RlscopeError, UsageError
 from .probes import catalog
 
@@ -162,12 +163,12 @@ def _count(text: str) -> int:
 
 
 def _options(ns: argparse.Namespace, pid: int):
-    from . import summary as S  # noqa: PLC0415 - heavy (numpy): after `run` blocked its signals
-    from .session import Options  # noqa: PLC0415
+    from .report import summary as S  # noqa: PLC0415 - heavy (numpy): after `run` blocked its signals
+    from .collect.session import Options  # noqa: PLC0415
 
     gpu = None
     if getattr(ns, "gpu_activity", False):
-        from .gpu_source import GpuOptions  # noqa: PLC0415
+        from .collect.gpu_source import GpuOptions  # noqa: PLC0415
 
         gpu = GpuOptions(inject=True)
     if ns.summary and (why := S.path_problem(ns.summary)):
@@ -190,46 +191,46 @@ def _command(ns: argparse.Namespace) -> list[str]:
 
 def _dispatch(ns: argparse.Namespace) -> int:
     if ns.cmd == "doctor":
-        from .doctor import run as doctor  # noqa: PLC0415 - keep startup light
+        from .commands.doctor import run as doctor  # noqa: PLC0415 - keep startup light
         return doctor(ns.pid)
     if ns.cmd == "view":
-        from .session import view  # noqa: PLC0415
+        from .collect.session import view  # noqa: PLC0415
         view(ns.ring, ns.summary or f"rlscope-top-view-{os.getpid()}.json", ns.interval)
         return 0
     if ns.cmd == "compare":
-        from .compare import run as compare  # noqa: PLC0415
+        from .report.compare import run as compare  # noqa: PLC0415
         compare(ns.summary_a, ns.summary_b, ns.steps_a or ns.steps, ns.steps_b or ns.steps, ns.names)
         return 0
     if ns.cmd == "symbols":
-        from .symbols_cmd import run as symbols  # noqa: PLC0415
+        from .commands.symbols_cmd import run as symbols  # noqa: PLC0415
         return symbols(ns.lib, ns.pattern, ns.pid, ns.json)
     if ns.cmd == "calibrate":
-        from .calibrate import run as calibrate  # noqa: PLC0415
+        from .commands.calibrate import run as calibrate  # noqa: PLC0415
         calibrate()
         return 0
     if ns.ebpf:
         from .probes.loader import program_text  # noqa: PLC0415
-        from .session import specs_for  # noqa: PLC0415
+        from .collect.session import specs_for  # noqa: PLC0415
         print(program_text(specs_for(_options(ns, 0))), end="")
         return 0
     live = not ns.headless and sys.stdout.isatty() and sys.stdin.isatty()
     if ns.cmd == "run":
-        from .launch import run as launch  # noqa: PLC0415
+        from .commands.launch import run as launch  # noqa: PLC0415
         return launch(_options(ns, 0), _command(ns), live=live)
     if getattr(ns, "gpu_activity", False):
         from .probes.gpu_inject import built_agent, preflight  # noqa: PLC0415
         from .probes.gpu_region import find  # noqa: PLC0415
-        from .target import check_target, require_root  # noqa: PLC0415
+        from .collect.target import check_target, require_root  # noqa: PLC0415
         require_root()
         check_target(ns.pid)
         if find(ns.pid) is None:          # refused before anything is attached, with the reason
             built_agent()
             preflight(ns.pid)
     if ns.cmd == "demo":
-        from .demo import demo  # noqa: PLC0415
+        from .commands.demo import demo  # noqa: PLC0415
         demo(_options(ns, 0), live=live)
         return 0
-    from .session import run, run_live  # noqa: PLC0415
+    from .collect.session import run, run_live  # noqa: PLC0415
     (run_live if live else run)(_options(ns, ns.pid))
     return 0
 
@@ -273,7 +274,7 @@ def _import_with_signals_blocked() -> None:
     """Threads started while importing (numpy's BLAS pool) never take SIGINT/SIGTERM."""
     old = signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
     try:
-        from . import session  # noqa: F401, PLC0415
+        from .collect import session  # noqa: F401, PLC0415
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 

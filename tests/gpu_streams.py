@@ -1,7 +1,7 @@
 """Hand-built ring streams with GPU records and known answers (summary and TUI tests).
 
 The stream is what the collector writes: the activities go through the collector's own
-GPU aggregation (rlscope_top.gpu_accounting.GpuTotals), which puts one cumulative
+GPU aggregation (rlscope_top.account.gpu_accounting.GpuTotals), which puts one cumulative
 ``gtot`` record after every counters record.
 
 A 4-second session of one Python thread on a CUDA policy: the collector ticks every
@@ -17,10 +17,10 @@ time x 0.2 (both) and x 0.8 (CPU only), its off-CPU time x 0.2 (GPU only) and x 
 
 import numpy as np
 
-from rlscope_top import gpu_records as G
-from rlscope_top import records as R
-from rlscope_top.gpu_accounting import GpuTotals
-from rlscope_top.gpu_join import JOINED
+from rlscope_top.ring import gpu_records as G
+from rlscope_top.ring import records as R
+from rlscope_top.account.gpu_accounting import GpuTotals
+from rlscope_top.collect.gpu_join import JOINED
 
 MS = 1_000_000
 T0 = 1000 * MS

@@ -1,6 +1,6 @@
 """Seeded fuzzing of the GPU agent's shared region as the monitor reads it: the region reader
 (probes/gpu_region.py), the decoding, the correlation join and the GPU totals, the path each
-tick of a real session takes (rlscope_top/gpu_source.py `_take`, then `finish`).
+tick of a real session takes (rlscope_top/collect/gpu_source.py `_take`, then `finish`).
 
 The region is written by the target, so every byte of it is hostile: header fields at
 extremes (head, tail, sizes, record sizes), byte flips in the records (times, ids), random
@@ -17,9 +17,9 @@ import struct
 
 import numpy as np
 
-from rlscope_top import gpu_decode as D
-from rlscope_top.gpu_accounting import GpuTotals
-from rlscope_top.gpu_join import Joiner
+from rlscope_top.collect import gpu_decode as D
+from rlscope_top.account.gpu_accounting import GpuTotals
+from rlscope_top.collect.gpu_join import Joiner
 from rlscope_top.probes import gpu_region as GR
 from ring_fuzz import drive
 

@@ -18,11 +18,11 @@ from typing import Callable
 
 from rich.console import Console
 
-from rlscope_top import compare
-from rlscope_top import records as R
-from rlscope_top import summary as S
+from rlscope_top.report import compare
+from rlscope_top.ring import records as R
+from rlscope_top.report import summary as S
 from rlscope_top.errors import UsageError
-from rlscope_top.ring import HEADER_SIZE, RingError, RingReader, RingWriter
+from rlscope_top.ring.ring import HEADER_SIZE, RingError, RingReader, RingWriter
 
 _FIELDS = {"version": (8, "<I"), "capacity": (16, "<Q"), "head": (24, "<Q"), "tail": (32, "<Q"),
            "seq": (40, "<Q"), "flags": (52, "<I")}

@@ -1,7 +1,7 @@
 """Hand-built record streams with known answers, shared by accounting and TUI tests."""
 
-from rlscope_top import records as R
-from rlscope_top.ring import RingWriter
+from rlscope_top.ring import records as R
+from rlscope_top.ring.ring import RingWriter
 
 MS = 1_000_000
 

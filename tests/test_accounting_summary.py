@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from rlscope_top import records as R
-from rlscope_top import summary as S
-from rlscope_top.accounting import Accounting
+from rlscope_top.ring import records as R
+from rlscope_top.report import summary as S
+from rlscope_top.account.accounting import Accounting
 
 from streams import MS, stream as _stream
 
@@ -101,11 +101,11 @@ def _th(calls, backend_ns, python_ns):
 def test_budget_estimates_follow_each_segment():
     """timed 1 s (1000 calls, 1 ms each) -> off 2 s -> timed 1 s (500 calls) -> off 1 s: a
     closed off segment keeps the estimate its windows gave (window 1 alone: all backend),
-    the next one uses both windows, the older one decayed (rlscope_top/estimates.py), and
+    the next one uses both windows, the older one decayed (rlscope_top/account/estimates.py), and
     an estimate never leaks into another segment."""
     from streams import meta_record
-    from rlscope_top import records as R
-    from rlscope_top.estimates import HALF_LIFE_S
+    from rlscope_top.ring import records as R
+    from rlscope_top.account.estimates import HALF_LIFE_S
     s0 = 1000 * MS
     recs = [meta_record({"torch": ["/x"]}),
             R.counters(s0 + 1000 * MS, [_th(1000, 1000 * MS, 0)], [0, 0, 0]),
@@ -145,8 +145,8 @@ def test_churned_threads_count_once_and_the_accounting_stays_bounded():
     record used to stay beside its folded final figures: 1009 x 1 ms too much), and the
     accounting holds the rows of one record, not one per thread ever seen."""
     from streams import _thread, _trans, meta_record
-    from rlscope_top import records as R
-    from rlscope_top.thread_fold import ExitedThreads
+    from rlscope_top.ring import records as R
+    from rlscope_top.collect.thread_fold import ExitedThreads
     main = _thread(1, True, [[10 * MS, 0], [0, 0], [0, 0], [0, 0]], [0, 0, 0, 0], _trans())
     ex, recs, ts = ExitedThreads(), [meta_record({"torch": ["/x"]})], 1000 * MS
     for i in range(1009):

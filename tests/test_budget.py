@@ -1,6 +1,6 @@
 """The budget's decisions on hand-built hit streams."""
 
-from rlscope_top.budget import Budget
+from rlscope_top.collect.budget import Budget
 
 # probe ids: 0 backend begin (1000 ns/hit), 1 backend end (1000), 2 simulator pair (2000)
 PROBES = [(0, 1, 1000), (1, 1, 1000), (2, 2, 2000)]

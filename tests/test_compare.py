@@ -9,7 +9,7 @@ import pytest
 from rich.console import Console
 
 from support import CLI, REPO
-from rlscope_top import compare
+from rlscope_top.report import compare
 from rlscope_top.errors import UsageError
 
 

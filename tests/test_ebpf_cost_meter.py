@@ -1,4 +1,4 @@
-"""The self-report's measured part (rlscope_top/cost_meter.py), on a known answer: a real
+"""The self-report's measured part (rlscope_top/collect/cost_meter.py), on a known answer: a real
 target that spends a known amount of system time once the monitor is attached, and none
 before. No probe fires in it, so the calibrated figures explain none of that time, and the
 summary's `kernel_extra` must be what the target itself measured (os.times)."""

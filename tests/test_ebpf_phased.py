@@ -53,7 +53,7 @@ def test_default_mode_is_within_its_stated_bound_on_phased_trainer(ebpf, target,
     truth is within that bound taken to 99.9% (x1.68; as a 95% bound it missed once in CI,
     18.5 pp against ±11.9) plus 2 pp for the Python/binding boundary every mode has, and
     the self-reported overhead is under twice the budget (5.0-9.3% measured, docs/accuracy.md:
-    the ~3% simulator probes are not stepped down, see rlscope_top/budget.py).
+    the ~3% simulator probes are not stepped down, see rlscope_top/collect/budget.py).
     Needs a quiet machine: the reference is timed unprobed, the estimate probed."""
     s, truth = _run(target, monitor, tmp_path, simlib, calibration_file, "--op", "collect=collect",
                     "--op", "update=update")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from rlscope_top.engine import BACKEND, CUDA, ENTER, EXIT, GONE, OFF, ON, PY, SIM, Engine, overlap, union
+from rlscope_top.account.engine import BACKEND, CUDA, ENTER, EXIT, GONE, OFF, ON, PY, SIM, Engine, overlap, union
 
 
 def run(events, t0=0, final=None, tids=(1,), **kw):

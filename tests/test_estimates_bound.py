@@ -15,7 +15,7 @@ import copy
 
 import numpy as np
 
-from rlscope_top.estimates import NTICK, CategoryEstimate
+from rlscope_top.account.estimates import NTICK, CategoryEstimate
 from rlscope_top.vocab import NCAT
 from rlscope_top.vocab import NONE_OP as NONE_PART
 

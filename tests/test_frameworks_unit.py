@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from support import CLI, REPO
-from rlscope_top import frameworks as F
+from rlscope_top.account import frameworks as F
 from rlscope_top.probes import catalog, frameworks as FW, symbols
 from rlscope_top.probes.loader import program_text
 from test_import_hygiene import _loaded
@@ -116,7 +116,7 @@ def test_ebpf_flag_prints_the_program_without_root():
 
 def test_new_modules_keep_the_layers_apart():
     assert _loaded(["rlscope_top.probes.frameworks", "rlscope_top.probes.symbols"], ["textual"]) == ""
-    assert _loaded(["rlscope_top.frameworks", "rlscope_top.compare"], ["bcc", "textual"]) == ""
+    assert _loaded(["rlscope_top.account.frameworks", "rlscope_top.report.compare"], ["bcc", "textual"]) == ""
 
 
 def test_slots_add_up_when_a_wait_costs_more_than_its_on_cpu_time():

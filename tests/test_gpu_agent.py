@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from support import REPO, TARGETS
-from rlscope_top import gpu_decode as D
-from rlscope_top.gpu_join import Joiner
-from rlscope_top.launch import INJECT_DIR, LaunchListener
+from rlscope_top.collect import gpu_decode as D
+from rlscope_top.collect.gpu_join import Joiner
+from rlscope_top.commands.launch import INJECT_DIR, LaunchListener
 from rlscope_top.probes import gpu_region as R
 
 pytest.importorskip("cupti")

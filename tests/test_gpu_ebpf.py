@@ -162,8 +162,8 @@ def test_the_screens_g_key_path_injects_mid_session(ebpf, gpu_native, tmp_path, 
     import threading
     import time
 
-    from rlscope_top.gpu_source import GpuOptions
-    from rlscope_top.session import Options, run_until
+    from rlscope_top.collect.gpu_source import GpuOptions
+    from rlscope_top.collect.session import Options, run_until
 
     monkeypatch.setenv("RLSCOPE_CUPTI_LIB", gpu_native["cupti"])
     t = _Driven(gpu_native, agent=False)

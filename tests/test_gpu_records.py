@@ -13,9 +13,9 @@ pytest.importorskip("cupti")
 from cupti import cupti as real  # noqa: E402
 
 import cupti_buffers as B  # noqa: E402
-from rlscope_top import gpu_decode as D  # noqa: E402
-from rlscope_top.gpu_accounting import BusyUnion, GpuTotals  # noqa: E402
-from rlscope_top.gpu_join import Joiner  # noqa: E402
+from rlscope_top.collect import gpu_decode as D  # noqa: E402
+from rlscope_top.account.gpu_accounting import BusyUnion, GpuTotals  # noqa: E402
+from rlscope_top.collect.gpu_join import Joiner  # noqa: E402
 
 
 def _merged_total(intervals):

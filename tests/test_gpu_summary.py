@@ -11,9 +11,9 @@ import pytest
 from rich.console import Console
 
 import gpu_streams as GS
-from rlscope_top import gpu_summary
-from rlscope_top import summary as S
-from rlscope_top.accounting import Accounting
+from rlscope_top.report import gpu_summary
+from rlscope_top.report import summary as S
+from rlscope_top.account.accounting import Accounting
 
 
 def _summary(**kw) -> dict:
@@ -138,7 +138,7 @@ def test_printed_operations_have_their_gpu_overlap():
 def test_gpu_totals_survive_a_lapped_ring(tmp_path):
     """A reader that starts late on a ring that lapped many times (`view` of a kept ring)
     gets the same GPU figures as one that read everything: they are cumulative."""
-    from rlscope_top.ring import RingReader, RingWriter
+    from rlscope_top.ring.ring import RingReader, RingWriter
 
     full = _summary()
     path = str(tmp_path / "small.bin")

@@ -21,13 +21,13 @@ import numpy as np
 import region_fuzz
 from ring_fuzz import fuzz, fuzz_compare
 from rlscope_top import errors as E
-from rlscope_top import gpu_accounting as GA
-from rlscope_top import records as R
-from rlscope_top import summary as S
-from rlscope_top.gpu_join import JOINED
-from rlscope_top.ring import RingError, RingReader, RingWriter, sweep_stale
+from rlscope_top.account import gpu_accounting as GA
+from rlscope_top.ring import records as R
+from rlscope_top.report import summary as S
+from rlscope_top.collect.gpu_join import JOINED
+from rlscope_top.ring.ring import RingError, RingReader, RingWriter, sweep_stale
 from rlscope_top.safe_files import private_dir, write_atomic
-from rlscope_top.thread_fold import FOLD_TID, ExitedThreads, add_counts, fold_all
+from rlscope_top.collect.thread_fold import FOLD_TID, ExitedThreads, add_counts, fold_all
 from test_cli_errors import assert_clean_error, run_cli
 
 

@@ -21,14 +21,14 @@ def _loaded(mods, banned):
 
 
 @pytest.mark.parametrize("mods,banned", [
-    (["rlscope_top.probes.loader", "rlscope_top.probes.catalog", "rlscope_top.collector"], ["textual"]),
-    (["rlscope_top.tui", "rlscope_top.tui.app", "rlscope_top.view"], ["bcc", "rlscope_top.probes.loader"]),
-    (["rlscope_top.accounting", "rlscope_top.summary", "rlscope_top.ring", "rlscope_top.records"],
+    (["rlscope_top.probes.loader", "rlscope_top.probes.catalog", "rlscope_top.collect.collector"], ["textual"]),
+    (["rlscope_top.tui", "rlscope_top.tui.app", "rlscope_top.report.view"], ["bcc", "rlscope_top.probes.loader"]),
+    (["rlscope_top.account.accounting", "rlscope_top.report.summary", "rlscope_top.ring.ring", "rlscope_top.ring.records"],
      ["bcc", "textual"]),
-    (["rlscope_top.probes.nvml", "rlscope_top.gpu_source", "rlscope_top.launch", "rlscope_top.probes.gpu_region",
+    (["rlscope_top.probes.nvml", "rlscope_top.collect.gpu_source", "rlscope_top.commands.launch", "rlscope_top.probes.gpu_region",
       "rlscope_top.probes.gpu_inject"], ["textual"]),
-    (["rlscope_top.gpu_summary", "rlscope_top.gpu_accounting", "rlscope_top.gpu_join", "rlscope_top.gpu_decode",
-      "rlscope_top.gpu_records"], ["bcc", "textual", "rlscope_top.probes.loader", "cupti", "pynvml"]),
+    (["rlscope_top.report.gpu_summary", "rlscope_top.account.gpu_accounting", "rlscope_top.collect.gpu_join", "rlscope_top.collect.gpu_decode",
+      "rlscope_top.ring.gpu_records"], ["bcc", "textual", "rlscope_top.probes.loader", "cupti", "pynvml"]),
     (["rlscope_top.vocab"], ["bcc", "textual", "rich", "msgpack", "numpy", "psutil", "rlscope_top.probes"]),
 ])
 def test_layer_imports(mods, banned):
@@ -37,8 +37,8 @@ def test_layer_imports(mods, banned):
 
 def test_annotation_api_is_standard_library_only():
     """`import rlscope_top` is what users leave in production code: nothing heavy behind it."""
-    banned = ["textual", "rich", "msgpack", "psutil", "bcc", "torch", "rlscope_top.summary",
-              "rlscope_top.collector"]
+    banned = ["textual", "rich", "msgpack", "psutil", "bcc", "torch", "rlscope_top.report.summary",
+              "rlscope_top.collect.collector"]
     assert _loaded(["rlscope_top"], banned) == ""
 
 
@@ -56,8 +56,11 @@ def test_the_screen_reads_only_the_view_model():
     used = set()
     for path in tui.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("rlscope_top"):
+            if isinstance(node, ast.ImportFrom) and node.level:      # relative: from rlscope_top.tui
+                base = ["rlscope_top", "tui"][: 2 - (node.level - 1)]
+                used.add(".".join(base + ([node.module] if node.module else [])))
+            elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("rlscope_top"):
                 used.add(node.module)
             elif isinstance(node, ast.Import):
                 used |= {a.name for a in node.names if a.name.startswith("rlscope_top")}
-    assert used <= {"rlscope_top.view", "rlscope_top.vocab"}, used
+    assert used <= {"rlscope_top.report.view", "rlscope_top.vocab"}, used

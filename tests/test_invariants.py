@@ -14,10 +14,10 @@ import random
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from rlscope_top import records as R
-from rlscope_top import summary as S
-from rlscope_top.accounting import Accounting
-from rlscope_top.engine import Engine
+from rlscope_top.ring import records as R
+from rlscope_top.report import summary as S
+from rlscope_top.account.accounting import Accounting
+from rlscope_top.account.engine import Engine
 
 from invariants import check_summary
 

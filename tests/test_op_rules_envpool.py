@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from rlscope_top.op_rules import BUILTIN, SIMULATION, Matcher
+from rlscope_top.collect.op_rules import BUILTIN, SIMULATION, Matcher
 
 SITE = "/v/lib/python3.11/site-packages"
 LOOP = "/w/train.py:<module>"

@@ -13,10 +13,10 @@ import pytest
 
 from rlscope_top import annotate as A
 from rlscope_top import operation
-from rlscope_top import summary as S
-from rlscope_top.accounting import Accounting
+from rlscope_top.report import summary as S
+from rlscope_top.account.accounting import Accounting
 from rlscope_top.errors import UsageError
-from rlscope_top.op_rules import BUILTIN, Matcher, parse
+from rlscope_top.collect.op_rules import BUILTIN, Matcher, parse
 from rlscope_top.probes import ann_region
 from rlscope_top.probes.stack_sampler import StackSampler
 

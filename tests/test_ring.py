@@ -8,8 +8,8 @@ import struct
 
 import pytest
 
-from rlscope_top import ring as ring_mod
-from rlscope_top.ring import RingError, RingReader, RingWriter
+from rlscope_top.ring import ring as ring_mod
+from rlscope_top.ring.ring import RingError, RingReader, RingWriter
 
 
 @pytest.fixture

@@ -154,7 +154,7 @@ def test_bar_keeps_its_width_whatever_the_shares():
 
 
 def test_operation_rows_since_a_reset_are_never_negative():
-    from rlscope_top.view import ViewModel
+    from rlscope_top.report.view import ViewModel
     now = {"wall_s": 1.0, "python_s": 0.3, "backend_s": 0.7, "simulator_s": 0.0, "cuda_api_s": None,
            "transitions": {"python->backend": 10}, "calls": {"backend": 10}, "source": "sampled"}
     base = {**now, "wall_s": 1.05, "python_s": 0.4, "backend_s": 0.65}     # re-estimated since the reset
@@ -164,7 +164,7 @@ def test_operation_rows_since_a_reset_are_never_negative():
 
 
 def test_unreadable_ring_is_a_clear_error(tmp_path):
-    from rlscope_top.ring import RingError
+    from rlscope_top.ring.ring import RingError
     bad = tmp_path / "x.bin"
     bad.write_bytes(b"\0" * 8192)
     with pytest.raises(RingError, match="not an rlscope-top ring"):
@@ -204,9 +204,9 @@ async def test_operations_table_shows_each_operation_with_its_source(ops_ring, t
 @pytest.mark.anyio
 async def test_the_screen_opens_at_once_and_says_it_is_attaching(tmp_path):
     """The screen is up while the probes compile: it says so, then shows data once they land."""
-    from rlscope_top import records as R
-    from rlscope_top.ring import RingWriter
-    from rlscope_top.session import ATTACHING
+    from rlscope_top.ring import records as R
+    from rlscope_top.ring.ring import RingWriter
+    from rlscope_top.collect.session import ATTACHING
     from streams import stream
 
     path = str(tmp_path / "live.bin")

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from rlscope_top import vocab as V
-from rlscope_top.accounting import Accounting
+from rlscope_top.account.accounting import Accounting
 from rlscope_top.probes import catalog
 
 REPO = pathlib.Path(__file__).resolve().parents[1]

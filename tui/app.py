@@ -11,7 +11,7 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Footer, Static
 
-from rlscope_top.view import ViewModel
+from rlscope_top.report.view import ViewModel
 from rlscope_top.vocab import CATEGORIES, LABELS, NA_TEXT, fmt
 
 # Okabe-Ito colours (distinguishable with colour-blindness) plus a glyph per category,
@@ -213,7 +213,7 @@ class RlscopeApp(App):
         self._cats(snap)
         self._threads(snap)
         self.query_one("#job", Static).update(Text(snap["job"]))
-        self.query_one("#gpu", Static).update(Text("\n".join(snap["gpu"]["lines"])))   # rlscope_top/gpu_summary.py
+        self.query_one("#gpu", Static).update(Text("\n".join(snap["gpu"]["lines"])))   # rlscope_top/report/gpu_summary.py
 
     def _attaching(self) -> None:
         notes = [n["msg"] for n in self.vm.acct.notes]

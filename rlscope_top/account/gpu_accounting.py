@@ -1,6 +1,6 @@
 """GPU accounting: what the GPU activity adds up to (pure Python + numpy, no bcc).
 
-Collector side, :class:`GpuTotals` takes joined activity arrays (rlscope_top/gpu_join.py),
+Collector side, :class:`GpuTotals` takes joined activity arrays (rlscope_top/collect/gpu_join.py),
 NVML samples, synchronize times and the counters records the collector writes, and
 turns them into one cumulative ``gtot`` ring record per tick: so a reader that starts
 late, or loses records to a lapped ring, still has every GPU figure. Reader side,
@@ -23,8 +23,8 @@ import dataclasses
 
 import numpy as np
 
-from . import gpu_records as G
-from . import records as R
+from ..ring import gpu_records as G
+from ..ring import records as R
 
 BIN_NS = 10_000_000
 REORDER_NS = 3_000_000_000      # GPU records reach the monitor ~0.5-1.5 s after they happen
@@ -435,7 +435,7 @@ class GpuTotals:
     # -- output ----------------------------------------------------------------------
     def record(self, ts: int, windows: dict | None = None) -> dict:
         """The cumulative ``gtot`` ring record as of ``ts`` (``windows``: windowed tracing's
-        state and estimates, rlscope_top/gpu_windows.py)."""
+        state and estimates, rlscope_top/collect/gpu_windows.py)."""
         overlap, op_overlap = self._overlap_now()
         top = sorted(self.top.items(), key=lambda kv: -kv[1][1])[:TOP_N]
         return G.totals(

@@ -6,7 +6,7 @@ import os
 
 import psutil
 
-from .errors import KernelThread, NoSuchProcess, NotRoot, SelfAttach, ZombieProcess
+from ..errors import KernelThread, NoSuchProcess, NotRoot, SelfAttach, ZombieProcess
 
 PF_KTHREAD = 0x00200000
 

@@ -17,7 +17,7 @@ from typing import Callable
 import numpy as np
 
 from . import gpu_decode as D
-from . import gpu_records as G
+from ..ring import gpu_records as G
 
 API_KEEP = 200_000          # API records kept for the join (the newest by correlation id)
 

@@ -1,5 +1,5 @@
 """What a category the overhead budget stopped timing cost, estimated from timed windows
-(pure Python; fed by rlscope_top/accounting.py).
+(pure Python; fed by rlscope_top/account/accounting.py).
 
 When a category's probes cost too much, the collector counts its calls only (``count``:
 entry probes stay) or removes its per-call probes (``off``), and times it again in short
@@ -29,8 +29,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from .vocab import NCAT
-from .vocab import NONE_OP as NONE_PART
+from ..vocab import NCAT
+from ..vocab import NONE_OP as NONE_PART
 
 HALF_LIFE_S = 120.0      # a window this old weighs half as much as a new one
 MIN_PART_WINDOW_NS = 50_000_000   # a part with less window time than this uses the pooled figures

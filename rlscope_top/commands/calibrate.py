@@ -16,12 +16,12 @@ import sys
 import tempfile
 from importlib import resources
 
-from . import calibration
-from .probes import catalog
-from .probes.catalog import CAT_BACKEND, CAT_SIM, ENTER, EXIT, PAIR, ProbeSpec
-from .probes.loader import ProbeSet
-from .target import require_root
-from .errors import CalibrationError
+from ..collect import calibration
+from ..probes import catalog
+from ..probes.catalog import CAT_BACKEND, CAT_SIM, ENTER, EXIT, PAIR, ProbeSpec
+from ..probes.loader import ProbeSet
+from ..collect.target import require_root
+from ..errors import CalibrationError
 
 N_CALLS = 20011          # prime, so a miscount cannot hide in a round number
 K_WORK = 400             # body of about 0.5 us
@@ -51,7 +51,7 @@ def _build_lib(workdir: str) -> str:
 
 class _Target:
     def __init__(self, lib: str):
-        self.p = subprocess.Popen([sys.executable, "-m", "rlscope_top.calib_target", lib],
+        self.p = subprocess.Popen([sys.executable, "-m", "rlscope_top.commands.calib_target", lib],
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         assert self.p.stdout.readline().strip() == "ready"
 

@@ -32,13 +32,13 @@ import tempfile
 import time
 from typing import Callable
 
-from .errors import CommandNotFound, GpuActivityUnavailable, UsageError
-from .gpu_source import GpuOptions
-from .probes import gpu_inject
-from .session import Options, run_live, run_until
-from .target import require_root
+from ..errors import CommandNotFound, GpuActivityUnavailable, UsageError
+from ..collect.gpu_source import GpuOptions
+from ..probes import gpu_inject
+from ..collect.session import Options, run_live, run_until
+from ..collect.target import require_root
 
-INJECT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_inject")
+INJECT_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_inject")
 HELLO_WAIT_S = 15.0         # a Python command says hello within this
 NOT_PYTHON_WAIT_S = 1.0     # a command whose executable is not a Python interpreter: attach sooner
 SI_KERNEL = 0x80            # si_code of a signal the terminal sent (to the whole process group)

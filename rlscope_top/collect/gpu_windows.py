@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from .gpu_accounting import FIGURES
+from ..account.gpu_accounting import FIGURES
 
 WINDOW_S = 0.5          # how long a traced window lasts
 SHARE = 0.5             # share of the overhead budget the windows may use

@@ -23,8 +23,8 @@ import time
 
 import msgpack
 
-from .safe_files import create_exclusive, private_dir
-from .errors import RecordTooLarge, RingError
+from ..safe_files import create_exclusive, private_dir
+from ..errors import RecordTooLarge, RingError
 
 MAGIC = b"RLSRING\0"
 VERSION = 1

@@ -6,7 +6,7 @@ clocks are converted by the collector before writing.
 
 from __future__ import annotations
 
-from .vocab import ALL_OP, NONE_OP  # noqa: F401 - the records name operations with these
+from ..vocab import ALL_OP, NONE_OP  # noqa: F401 - the records name operations with these
 
 GPU, GPU_STATUS, NVML, SYNC, TOTALS = "gpu", "gstat", "nvml", "gsync", "gtot"
 

@@ -10,13 +10,13 @@ import tempfile
 from rich.console import Console
 from rich.table import Table
 
-from . import frameworks as FW
-from . import operations as O
+from ..account import frameworks as FW
+from ..account import operations as O
 from . import gpu_summary
-from .accounting import Accounting
-from .records import seconds as _s
-from .safe_files import write_atomic
-from .vocab import ALL_OP, CATEGORIES, NA, NA_TEXT, TRANSITIONS, fmt
+from ..account.accounting import Accounting
+from ..ring.records import seconds as _s
+from ..safe_files import write_atomic
+from ..vocab import ALL_OP, CATEGORIES, NA, NA_TEXT, TRANSITIONS, fmt
 
 SCHEMA = "rlscope-top.summary/1"
 
@@ -282,7 +282,7 @@ QUIET_SYS_PER_S = 0.05
 
 
 def _measured_extra_s(cost: dict | None, wall_s: float, explained_s: float) -> tuple[float, float]:
-    """What rlscope_top/cost_meter.py measured beyond the calibrated figures, in seconds:
+    """What rlscope_top/collect/cost_meter.py measured beyond the calibrated figures, in seconds:
     the target's extra system time (over its pre-attach rate, when that rate is low enough
     to tell the probes' part: QUIET_SYS_PER_S) that the probes' and the scheduler probe's
     calibrated cost does not explain; and the monitor's CPU that the machine's idle CPU could

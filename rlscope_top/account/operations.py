@@ -10,14 +10,14 @@ Rules (docs/summary-schema.md, "operations"):
   row keeps the Python/native split in ``simulation_split``. The top-level totals
   follow the same rule.
 - When the budget estimated a category (count or off mode), each operation gets the
-  estimate made from its own timed windows (rlscope_top/estimates.py).
+  estimate made from its own timed windows (rlscope_top/account/estimates.py).
 """
 
 from __future__ import annotations
 
-from .vocab import CATEGORIES, NA, TRANSITIONS
-from .gpu_records import NONE_OP
-from .records import seconds as _s
+from ..vocab import CATEGORIES, NA, TRANSITIONS
+from ..ring.gpu_records import NONE_OP
+from ..ring.records import seconds as _s
 
 
 
@@ -65,7 +65,7 @@ def _fit(rows: list[dict], split: dict) -> None:
 
 
 def _apply_estimates(rows: list[dict], extras: dict) -> None:
-    """Give each row what the budget's estimates found for its operation (rlscope_top/estimates.py):
+    """Give each row what the budget's estimates found for its operation (rlscope_top/account/estimates.py):
     the time the kernel charged to Python while a category was not timed goes back to that
     category, with the estimated calls and transitions. Rows that share a name share its
     estimate in proportion to their Python time."""

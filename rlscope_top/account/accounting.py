@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 
-from . import records as R
+from ..ring import records as R
 from .engine import Engine, overlap
 from .estimates import CategoryEstimate, Extra
 from .gpu_accounting import GpuView
-from .probes.catalog import category_of_group
-from .vocab import CATEGORIES
+from ..probes.catalog import category_of_group
+from ..vocab import CATEGORIES
 
 
 @dataclasses.dataclass
@@ -48,7 +48,7 @@ class Accounting:
         self.sampler: dict | None = None         # the stack sampler's latest state, when one runs
         self.cost: dict | None = None            # cost_meter readings: target system time, monitor CPU, idle
         self.event_drops = 0                     # events the kernel's buffer had no room for
-        self.gpu = GpuView()                     # GPU records (rlscope_top/gpu_accounting.py)
+        self.gpu = GpuView()                     # GPU records (rlscope_top/account/gpu_accounting.py)
 
     def feed(self, records: list[dict]) -> None:
         """Apply records in ring order."""
@@ -147,7 +147,7 @@ class Accounting:
         return [th for th in self.all_threads() if th["py"]]
 
     def all_threads(self) -> list[dict]:
-        """Every thread, with the budget's estimates applied (rlscope_top/estimates.py)."""
+        """Every thread, with the budget's estimates applied (rlscope_top/account/estimates.py)."""
         if not self.estimates:
             return list(self.threads.values())
         per_thread = self._estimated()["threads"]

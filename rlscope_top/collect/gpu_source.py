@@ -18,13 +18,13 @@ import threading
 import time
 
 from . import gpu_decode as D
-from . import gpu_records as G
-from .errors import GpuActivityUnavailable
-from .gpu_accounting import GpuTotals
+from ..ring import gpu_records as G
+from ..errors import GpuActivityUnavailable
+from ..account.gpu_accounting import GpuTotals
 from .gpu_join import Joiner
 from .gpu_windows import GpuWindows, Snap, _figs
-from .probes import catalog, gpu_inject, gpu_region
-from .probes.nvml import NvmlSampler
+from ..probes import catalog, gpu_inject, gpu_region
+from ..probes.nvml import NvmlSampler
 from .target import is_alive
 
 START_WAIT_S = 20.0         # CUPTI's first enable can take seconds (driver, context)

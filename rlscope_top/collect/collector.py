@@ -12,19 +12,19 @@ import random
 import time
 from typing import Callable
 
-from . import records as R
-from .errors import AttachError, BccMissing, BpfCompileError
+from ..ring import records as R
+from ..errors import AttachError, BccMissing, BpfCompileError
 from . import op_rules as rules
-from .probes import ann_region, catalog
-from .probes import frameworks as FW
-from .probes.stack_sampler import StackSampler
-from .probes import loader as L
+from ..probes import ann_region, catalog
+from ..probes import frameworks as FW
+from ..probes.stack_sampler import StackSampler
+from ..probes import loader as L
 from .cost_meter import CostMeter
-from .probes.loader import BccUnavailable, OpCounters, ProbeSet, ThreadCounters
+from ..probes.loader import BccUnavailable, OpCounters, ProbeSet, ThreadCounters
 from .budget import FIRST_WINDOW_S, WINDOW_S, WINDOW_SHARE, Budget
-from .ring import RecordTooLarge, RingWriter
+from ..ring.ring import RecordTooLarge, RingWriter
 from .thread_fold import ExitedThreads, fold_all
-from .vocab import ALL_OP, CATEGORIES
+from ..vocab import ALL_OP, CATEGORIES
 from .target import command_line, is_alive, thread_name, thread_running
 
 SCAN_PERIOD_S = 0.5     # new libraries are picked up within this (+ one tick)
@@ -50,7 +50,7 @@ class Collector:
                  max_probes: int = catalog.MAX_PROBES, max_overhead_pct: float = 5.0, timeline: bool = False,
                  op_rules: list | None = None, sample_hz: float = 0.0, sources: list | None = None):
         self.pid, self.ring, self.interval_s = pid, ring, interval_s
-        self.sources = list(sources or [])   # e.g. rlscope_top.gpu_source.GpuSource: start/tick/drain/finish/stop
+        self.sources = list(sources or [])   # e.g. rlscope_top.collect.gpu_source.GpuSource: start/tick/drain/finish/stop
         self.specs = specs if specs is not None else catalog.builtin()
         self._notify = notify or (lambda level, msg: None)
         self.probes = ProbeSet(pid, self.specs, max_probes=max_probes, notify=self.note, timeline=timeline)
@@ -157,7 +157,7 @@ class Collector:
         """Time categories the budget turned down (count or off) for a short window now and then.
 
         The estimates between windows come from all windows so far, per operation
-        (rlscope_top/estimates.py). Windows start at jittered times, so that they sample
+        (rlscope_top/account/estimates.py). Windows start at jittered times, so that they sample
         every phase of the program. Returns whether a window is open.
         """
         busy = False

@@ -12,9 +12,9 @@ import time
 
 from . import gpu_summary
 from . import summary as S
-from .accounting import Accounting
-from .ring import RingReader
-from .vocab import ALL_OP, CATEGORIES, LABELS
+from ..account.accounting import Accounting
+from ..ring.ring import RingReader
+from ..vocab import ALL_OP, CATEGORIES, LABELS
 
 HISTORY = 120
 MIN_RATE_WALL_S = 0.05      # an operation's rates are shown once it ran this long (since a reset)

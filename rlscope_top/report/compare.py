@@ -21,9 +21,9 @@ import os
 from rich.console import Console
 from rich.table import Table
 
-from .errors import UsageError
+from ..errors import UsageError
 from .summary import SCHEMA
-from .vocab import CATEGORIES, NA_TEXT
+from ..vocab import CATEGORIES, NA_TEXT
 
 CATS = (*CATEGORIES, "gpu")
 

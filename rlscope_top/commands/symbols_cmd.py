@@ -15,11 +15,11 @@ import struct
 import sys
 from typing import Callable
 
-from .errors import NoSuchProcess, SymbolError
-from .probes import catalog
-from .probes.elf_symbols import EMULATED, Function, Listing, NotElf, functions
-from .probes.loader import BccUnavailable, import_bcc, mapped_files
-from .probes.symbols import SymbolMissing, check, target_file
+from ..errors import NoSuchProcess, SymbolError
+from ..probes import catalog
+from ..probes.elf_symbols import EMULATED, Function, Listing, NotElf, functions
+from ..probes.loader import BccUnavailable, import_bcc, mapped_files
+from ..probes.symbols import SymbolMissing, check, target_file
 
 COLUMNS = ("SYMBOL", "SIZE", "FROM", "PROBE", "DEMANGLED")
 

@@ -1,6 +1,6 @@
 """Per-machine probe costs: what one hit of each probe kind adds to the target.
 
-`rlscope-top calibrate` measures them (rlscope_top/calibrate.py) and stores them here,
+`rlscope-top calibrate` measures them (rlscope_top/commands/calibrate.py) and stores them here,
 keyed by kernel release and CPU model. Until then the defaults below, measured on
 the development VM class (kernel 6.18, see docs/probe-notes.md), are used and
 the correction is labelled uncalibrated.
@@ -20,7 +20,7 @@ import json
 import os
 import time
 
-from .safe_files import write_atomic
+from ..safe_files import write_atomic
 
 SCHEMA = "rlscope-top.calibration/1"
 DEFAULT_PATH = "/var/lib/rlscope-top/calibration.json"

@@ -14,14 +14,14 @@ import sys
 import time
 from typing import Callable
 
-from . import records as R
-from . import summary as S
-from .accounting import Accounting
+from ..ring import records as R
+from ..report import summary as S
+from ..account.accounting import Accounting
 from .collector import Collector
-from .errors import IncompleteSummary
+from ..errors import IncompleteSummary
 from .gpu_source import GpuSource
-from .probes import catalog
-from .ring import RingReader, RingWriter, default_path
+from ..probes import catalog
+from ..ring.ring import RingReader, RingWriter, default_path
 from .target import check_target, is_alive, require_root
 
 TICK_S = 0.25  # how often the collector reads the kernel maps
@@ -45,7 +45,7 @@ class Options:
     quiet: bool = False
     op_rules: list = dataclasses.field(default_factory=list)   # user --op rules (op_rules.Rule)
     sample_hz: float = 100.0                                   # 0: no stack sampler
-    gpu: object = None          # GpuOptions (rlscope_top/gpu_source.py); None: use an agent the target has
+    gpu: object = None          # GpuOptions (rlscope_top/collect/gpu_source.py); None: use an agent the target has
     on_attached: Callable[[], None] | None = None   # `run`: release the held command
 
 
@@ -172,7 +172,7 @@ def _stray_output_held():
 def _live_screen(opts: Options, path: str, collect, box: dict, ready, quit_) -> None:
     import threading  # noqa: PLC0415
 
-    from .tui.app import RlscopeApp  # noqa: PLC0415 - textual only when a screen is wanted
+    from ..tui.app import RlscopeApp  # noqa: PLC0415 - textual only when a screen is wanted
 
     worker = threading.Thread(target=collect, name="rlscope-collector", daemon=True)
     worker.start()
@@ -191,9 +191,9 @@ def _live_screen(opts: Options, path: str, collect, box: dict, ready, quit_) -> 
 
 def view(ring_path: str, summary_path: str, interval_s: float = 1.0) -> str:
     """Open the live screen on a ring another process writes. Returns the summary path."""
-    from .errors import RingFileError  # noqa: PLC0415
-    from .ring import RingError  # noqa: PLC0415
-    from .tui.app import RlscopeApp  # noqa: PLC0415
+    from ..errors import RingFileError  # noqa: PLC0415
+    from ..ring.ring import RingError  # noqa: PLC0415
+    from ..tui.app import RlscopeApp  # noqa: PLC0415
 
     try:
         app = RlscopeApp(ring_path, summary_path, interval_s=interval_s)
@@ -215,7 +215,7 @@ def _read_to_end(reader: RingReader, acct: Accounting, collector: Collector) -> 
 
 
 def _say_swept(notify) -> None:
-    from . import ring as ring_mod  # noqa: PLC0415
+    from ..ring import ring as ring_mod  # noqa: PLC0415
 
     if ring_mod.SWEPT:
         notify("info", f"removed {len(ring_mod.SWEPT)} ring(s) left by monitors that were killed "
@@ -224,8 +224,8 @@ def _say_swept(notify) -> None:
 
 
 def _new_ring(opts: Options) -> RingWriter:
-    from .errors import RingFileError  # noqa: PLC0415
-    from .ring import RingError  # noqa: PLC0415
+    from ..errors import RingFileError  # noqa: PLC0415
+    from ..ring.ring import RingError  # noqa: PLC0415
 
     try:
         return RingWriter(opts.ring_path or default_path(opts.pid))
@@ -244,7 +244,7 @@ def _session(opts: Options, stop_reason: Callable[[], str | None], on_tick, read
     require_root()
     check_target(opts.pid)
     if opts.sim_libs:     # a misspelled --sim-lib symbol in a library mapped now: before the slow compile
-        from .symbols_cmd import check_sim_libs  # noqa: PLC0415
+        from ..commands.symbols_cmd import check_sim_libs  # noqa: PLC0415
 
         check_sim_libs(opts.pid, opts.sim_libs)
     ring = _new_ring(opts)

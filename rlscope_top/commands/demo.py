@@ -8,8 +8,8 @@ import sys
 import tempfile
 import time
 
-from .session import Options, run, run_live
-from .errors import DemoError
+from ..collect.session import Options, run, run_live
+from ..errors import DemoError
 
 READY_TIMEOUT_S = 120
 

@@ -11,7 +11,7 @@ split is scaled to the estimated Backend total and marked ``estimated``.
 
 from __future__ import annotations
 
-from .records import seconds as _s
+from ..ring.records import seconds as _s
 
 PARTS = {"": "dispatch", "wait": "wait"}
 

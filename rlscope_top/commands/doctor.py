@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import platform
 
-from .probes import catalog
+from ..probes import catalog
 
 OK, FAIL, INFO = "ok", "FAIL", "info"
 
@@ -30,7 +30,7 @@ def checks(pid: int | None = None) -> list[tuple]:
                        f"{kdir} missing; run `sudo bash scripts/setup.sh` (links the installed headers)"))
     rows.append(_check("tracefs", os.path.exists("/sys/kernel/tracing/uprobe_events"), "/sys/kernel/tracing mounted",
                        "mount it: `mount -t tracefs nodev /sys/kernel/tracing`"))
-    from .calibration import load as load_calibration  # noqa: PLC0415
+    from ..collect.calibration import load as load_calibration  # noqa: PLC0415
     cal = load_calibration()
     rows.append(_check("calibration", cal.measured, f"probe costs measured for {cal.key}",
                        "probe costs not measured here: run `rlscope-top calibrate` (defaults are used)",
@@ -60,9 +60,9 @@ def _gpu_rows() -> list[tuple]:
 
 
 def _target_rows(pid: int) -> list[tuple]:
-    from .probes.loader import mapped_files  # noqa: PLC0415 - only needed with a PID
-    from .target import check_target, command_line  # noqa: PLC0415
-    from .errors import RlscopeError  # noqa: PLC0415
+    from ..probes.loader import mapped_files  # noqa: PLC0415 - only needed with a PID
+    from ..collect.target import check_target, command_line  # noqa: PLC0415
+    from ..errors import RlscopeError  # noqa: PLC0415
     try:
         check_target(pid)
     except RlscopeError as e:
@@ -78,7 +78,7 @@ def _target_rows(pid: int) -> list[tuple]:
         found = groups.get(g)
         rows.append(_check(f"  {g}", bool(found), ", ".join(sorted(found or [])),
                            "not mapped (probes attach if it is loaded later)", required=False))
-    from .probes.gpu_region import find  # noqa: PLC0415
+    from ..probes.gpu_region import find  # noqa: PLC0415
 
     region = find(pid)
     rows.append(_check("  gpu agent", region is not None, f"loaded (region at {region[0]:#x})" if region else "",

@@ -7,11 +7,11 @@ and NVML utilization set against the true GPU-bound % (the nvidia-smi contrast).
 
 from __future__ import annotations
 
-from .engine import overlap as exact_overlap
-from .gpu_accounting import OVERLAP_KEYS, GpuView
-from .gpu_records import HOW_TO
-from .records import seconds as _s
-from .vocab import ALL_OP, NA, fmt
+from ..account.engine import overlap as exact_overlap
+from ..account.gpu_accounting import OVERLAP_KEYS, GpuView
+from ..ring.gpu_records import HOW_TO
+from ..ring.records import seconds as _s
+from ..vocab import ALL_OP, NA, fmt
 
 FIG0 = dict.fromkeys(("kernels", "kernel_ns", "memcpys", "memcpy_ns", "memcpy_bytes", "memsets", "memset_ns",
                       "joined", "kernels_joined", "latency_ns", "busy_ns"), 0)

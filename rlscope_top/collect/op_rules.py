@@ -14,7 +14,7 @@ import dataclasses
 import fnmatch
 import re
 
-from .errors import UsageError
+from ..errors import UsageError
 
 SIMULATION = "simulation"
 

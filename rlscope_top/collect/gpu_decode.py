@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-from .errors import LayoutError
+from ..errors import LayoutError
 
 KIND_MEMCPY, KIND_MEMSET, KIND_KERNEL, KIND_DRIVER, KIND_RUNTIME, KIND_CONCURRENT_KERNEL = 1, 2, 3, 4, 5, 10
 KIND_NAMES = {KIND_MEMCPY: "memcpy", KIND_MEMSET: "memset", KIND_KERNEL: "kernel", KIND_DRIVER: "driver API",

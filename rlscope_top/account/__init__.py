@@ -1,0 +1,1 @@
+"""Account: turn ring records into figures (CPU categories, estimates, operations, GPU)."""

@@ -1,0 +1,1 @@
+"""Commands beside the live session: run, demo, doctor, calibrate, symbols."""

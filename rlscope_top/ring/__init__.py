@@ -1,0 +1,1 @@
+"""Ring: the versioned msgpack ring buffer and the records that travel through it."""
