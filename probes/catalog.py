@@ -136,9 +136,22 @@ JAX = [
 ]
 
 
+# Box2D 2.3.10 (pybox2d, gymnasium's LunarLander and BipedalWalker): the SWIG wrapper of
+# b2World::Step, a C function CPython calls (a local .symtab symbol). b2World::Step itself is
+# C++ and runs Python contact listeners (SWIG directors) that may raise through it; the
+# wrapper is where such an exception is caught or ends the process with or without us, so
+# its return probe is safe. Python inside a listener counts as Simulator.
+BOX2D = [ProbeSpec("box2d", r"^_Box2D\.", "_wrap_b2World_Step", CAT_SIM, PAIR, "b2World.Step")]
+
+
 def builtin() -> list[ProbeSpec]:
     """All built-in probes, in id order (new sets go last so existing ids stay)."""
-    return TORCH + CUDART + CUDA_DRIVER + MUJOCO + TENSORFLOW + JAX
+    return TORCH + CUDART + CUDA_DRIVER + MUJOCO + TENSORFLOW + JAX + BOX2D
+
+
+def groups() -> list[str]:
+    """The built-in probe sets' names, in catalog order."""
+    return list(dict.fromkeys(s.group for s in builtin()))
 
 
 def category_of_group(group: str) -> str | None:

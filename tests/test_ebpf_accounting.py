@@ -45,9 +45,10 @@ def test_calibrate_measures_emulated_cheaper_than_out_of_line(ebpf, calibration_
     (entry,) = data["machines"].values()
     k = entry["kinds"]
     total = {kind: v["inside"] + v["outside"] for kind, v in k.items() if kind != "sched_switch"}
-    # docs/probe-notes.md: ~0.7 us emulated vs ~9.3 us stepped out of line, per trap
-    assert total["bracket_ool"] > 3 * total["bracket"] > 0
-    assert total["pair_ool"] > 3 * total["pair"] > 0
+    # docs/probe-notes.md: out of line costs 10x as much per trap on an Intel VM, 2.8-3.9x on
+    # an AMD EPYC one: at least twice (the extra single-step trap) everywhere we measured
+    assert total["bracket_ool"] > 2 * total["bracket"] > 0
+    assert total["pair_ool"] > 2 * total["pair"] > 0
     assert k["pair_ool"]["inside"] > k["pair_ool"]["outside"]   # the out-of-line step runs after the timestamp
     assert entry["details"]["n_calls"] == 20011
 

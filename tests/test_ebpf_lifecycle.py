@@ -56,7 +56,7 @@ def test_sigkill_leaves_no_probe_and_target_speed_recovers(ebpf, target, monitor
     t = target("speed.py")
     _ns(t, len(t.out), k=40)                   # warm up
     base = _ns(t, len(t.out))
-    m, _ = monitor(t.pid)
+    m, _ = monitor(t.pid, "--max-overhead", "100")    # probes stay on: the default budget turns them off
     time.sleep(0.5)
     probed = _ns(t, len(t.out))
     assert _our_programs(), "expected our uprobe programs while attached"

@@ -37,7 +37,7 @@ def test_every_probe_set_has_the_category_its_specs_declare(group):
 
 
 def test_an_unknown_set_adds_no_category():
-    assert catalog.category_of_group("box2d") is None
+    assert catalog.category_of_group("pybullet") is None
 
 
 @pytest.mark.parametrize("value, spec, suffix, shown", [

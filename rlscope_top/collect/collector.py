@@ -106,8 +106,8 @@ class Collector:
         self.ring.write(self._meta())
         missing = [g for g in ("torch", "cudart", "mujoco") if g not in self.probes.groups]
         if not self.probes.groups:
-            self.note("warn", f"PID {self.pid} maps none of the known libraries (torch, cudart, libcuda, "
-                               "mujoco): counting Python and on/off-CPU time only; probes attach if one is loaded later")
+            self.note("warn", f"PID {self.pid} maps none of the known libraries ({', '.join(catalog.groups())}): "
+                               "counting Python and on/off-CPU time only; probes attach if one is loaded later")
         elif missing:
             self.note("info", "not loaded (yet): " + ", ".join(missing))
         for group, syms in self.probes.missing.items():   # a build that lacks a symbol: say so in the summary

@@ -74,7 +74,7 @@ def _target_rows(pid: int) -> list[tuple]:
         for p in paths:
             if spec.matches(p):
                 groups.setdefault(spec.group, set()).add(os.path.basename(p))
-    for g in ("torch", "tensorflow", "jax", "cudart", "cuda-driver", "mujoco"):
+    for g in catalog.groups():
         found = groups.get(g)
         rows.append(_check(f"  {g}", bool(found), ", ".join(sorted(found or [])),
                            "not mapped (probes attach if it is loaded later)", required=False))
