@@ -209,7 +209,7 @@ def _dispatch(ns: argparse.Namespace) -> int:
         calibrate()
         return 0
     if ns.ebpf:
-        from .probes.loader import program_text  # noqa: PLC0415
+        from .probes.program import program_text  # noqa: PLC0415
         from .collect.session import specs_for  # noqa: PLC0415
         print(program_text(specs_for(_options(ns, 0))), end="")
         return 0

@@ -54,7 +54,8 @@ def annotated_run(ebpf, target, monitor, tmp_path, simlib, calibration_file):
 
 
 def test_annotated_operations(annotated_run):
-    """Transitions per operation exact; time and category shares within 3 pp."""
+    """Transitions per operation exact; time shares within 3 pp, category shares within 4 pp
+    (3 pp on the Intel VMs; 3.4 pp once in CI on the noisy AMD EPYC VM, docs/accuracy.md)."""
     s, truth, m = annotated_run
     ops = s["operations"]
     assert "is annotated" in m.stderr_text
@@ -71,8 +72,8 @@ def test_annotated_operations(annotated_run):
         assert abs(ops[n]["wall_s"] / op_total - truth[n]["wall"] / truth_total) <= 0.03, (n, ops[n], truth[n])
     for n in ("rollout", "inference", "train"):
         sh = ops[n]["shares"]
-        assert abs(sh["backend"] - truth[n]["backend"]) <= 0.03, (n, sh, truth[n])
-        assert abs(sh["python"] - truth[n]["python"]) <= 0.03, (n, sh, truth[n])
+        assert abs(sh["backend"] - truth[n]["backend"]) <= 0.04, (n, sh, truth[n])
+        assert abs(sh["python"] - truth[n]["python"]) <= 0.04, (n, sh, truth[n])
     # simulation kind: its Python time counts as simulation; the Python/native split stays
     sim = ops["simulation"]
     assert sim["shares"]["simulator"] == pytest.approx(1.0) and sim["python_s"] == 0.0

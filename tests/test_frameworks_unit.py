@@ -10,7 +10,7 @@ import pytest
 from support import CLI, REPO
 from rlscope_top.account import frameworks as F
 from rlscope_top.probes import catalog, frameworks as FW, symbols
-from rlscope_top.probes.loader import program_text
+from rlscope_top.probes.program import program_text
 from test_import_hygiene import _loaded
 
 SLOTS = list(FW.SLOTS)

@@ -60,7 +60,7 @@ def _gpu_rows() -> list[tuple]:
 
 
 def _target_rows(pid: int) -> list[tuple]:
-    from ..probes.loader import mapped_files  # noqa: PLC0415 - only needed with a PID
+    from ..probes.maps import mapped_files  # noqa: PLC0415 - only needed with a PID
     from ..collect.target import check_target, command_line  # noqa: PLC0415
     from ..errors import RlscopeError  # noqa: PLC0415
     try:

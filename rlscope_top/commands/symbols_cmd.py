@@ -18,7 +18,8 @@ from typing import Callable
 from ..errors import NoSuchProcess, SymbolError
 from ..probes import catalog
 from ..probes.elf_symbols import EMULATED, Function, Listing, NotElf, functions
-from ..probes.loader import BccUnavailable, import_bcc, mapped_files
+from ..probes.loader import BccUnavailable, import_bcc
+from ..probes.maps import mapped_files
 from ..probes.symbols import SymbolMissing, check, target_file
 
 COLUMNS = ("SYMBOL", "SIZE", "FROM", "PROBE", "DEMANGLED")

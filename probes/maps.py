@@ -1,0 +1,232 @@
+"""The BPF maps, read and written from the monitor: per-thread and per-operation counters,
+hits, the tick's address ranges, operation sources, synchronize times, the event buffer.
+
+``MapAccess`` is the part of ``ProbeSet`` (probes/loader.py) that talks to the maps once the
+program is loaded; the /proc readers beside it say what a process maps.
+"""
+
+from __future__ import annotations
+
+import ctypes as ct
+import dataclasses
+import os
+import time
+
+from . import catalog
+from . import frameworks as fw
+
+DRAIN_BUDGET_S = 0.1   # monitor time one drain of the event buffer may take
+NTICK = 6       # on-CPU ticks per thread: in a probed category's libraries (0-3), other user code, kernel
+NRANGES = 64    # executable mappings the tick can tell apart
+EV_RANGE_BEGIN, EV_RANGE_END, EV_THREAD_EXIT = 1, 2, 3
+EV_ENTER, EV_EXIT, EV_ON, EV_OFF, EV_NEW = 5, 6, 7, 8, 9
+
+
+@dataclasses.dataclass
+class ThreadCounters:
+    """Cumulative in-kernel counters of one target thread (ns, counts)."""
+
+    tid: int
+    tgid: int
+    ns: list[list[int]]       # [category][on, off]
+    trans: list[list[int]]    # [from][to]
+    calls: list[int]
+    oh: list[int]             # calibrated probe cost charged per category, ns
+    depth: list[int]
+    run: int                  # 0 off CPU, 1 on CPU, 2 unknown
+    last_ts: int
+    pyflag: bool
+    exited: bool
+    aop: int = 0              # innermost annotated operation now (0 none)
+    opflag: bool = False      # ran inside an operation
+    fw: dict | None = None    # Backend split per framework slot: ns [[on, off]], calls, trans, oh
+    ticks: list[int] = dataclasses.field(default_factory=lambda: [0] * NTICK)   # on-CPU ticks by where (TICK_*)
+    switches: int = 0         # context switches out (the scheduler probe's cost)
+    preempt_ns: int = 0       # off-CPU time while runnable (waiting for a CPU)
+
+
+@dataclasses.dataclass
+class OpCounters:
+    """Cumulative in-kernel counters of one operation, summed over threads."""
+
+    op: int
+    ns: list[list[int]]
+    trans: list[list[int]]
+    calls: list[int]
+    oh: list[int]
+    ticks: list[int] = dataclasses.field(default_factory=list)   # CPU-clock ticks by where (as a thread's)
+
+
+def exec_ranges(pid: int) -> list[tuple[int, int, str]]:
+    """(start, end, path) of every executable file mapping of a process."""
+    out = []
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            for line in f:
+                parts = line.split(None, 5)
+                if len(parts) == 6 and "x" in parts[1] and parts[5].startswith("/"):
+                    a, b = parts[0].split("-")
+                    out.append((int(a, 16), int(b, 16), parts[5].rstrip("\n")))
+    except OSError:
+        pass
+    return out
+
+
+def mapped_files(pid: int) -> set[str]:
+    """Paths of executable file mappings of a process (empty if it is gone)."""
+    paths = set()
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            for line in f:
+                parts = line.split(None, 5)
+                if len(parts) == 6 and "x" in parts[1] and parts[5].startswith("/"):
+                    p = parts[5].rstrip("\n")
+                    if not p.endswith(" (deleted)"):
+                        paths.add(p)
+    except OSError:
+        pass
+    return paths
+
+
+class MapAccess:
+    """Readers and writers of the loaded program's maps (mixed into ``ProbeSet``, which sets
+    ``bpf``, ``pid``, ``specs``, ``attached`` and the bookkeeping they use)."""
+
+    # -- reading -----------------------------------------------------------
+    def hits(self) -> list[int]:
+        """Hits per probe id, summed over CPUs."""
+        table = self.bpf["hits"]
+        return [int(sum(table[ct.c_int(i)])) for i in range(len(self.specs))]
+
+    def threads(self) -> list[ThreadCounters]:
+        """Cumulative counters for every thread the kernel holds state for."""
+        out = []
+        for k, s in self.bpf["threads"].items():
+            out.append(ThreadCounters(
+                tid=k.value, tgid=s.tgid,
+                ns=[[s.ns[2 * c], s.ns[2 * c + 1]] for c in range(4)],
+                trans=[[s.trans[4 * a + b] for b in range(4)] for a in range(4)],
+                calls=[s.calls[c] for c in range(4)],
+                oh=[s.oh[c] for c in range(4)],
+                depth=[s.depth[c] for c in range(4)],
+                run=s.run, last_ts=s.last_ts, pyflag=bool(s.pyflag), exited=bool(s.exited),
+                aop=s.aop, opflag=bool(s.opflag), fw=_fw_counters(s.fw), ticks=list(s.ticks),
+                switches=s.switches, preempt_ns=s.preempt_ns))
+        return out
+
+    def category_ranges(self) -> list[tuple[int, int, int]]:
+        """Executable mappings that belong to a probed category: each attached library and the
+        libraries beside it (torch/lib/*.so, nvidia/*/lib/*.so), so that a thread the probes do
+        not bracket (an intra-op pool, a simulator worker) is still seen to run there."""
+        dirs: dict[str, int] = {}
+        for a in self.attached:
+            dirs.setdefault(os.path.dirname(a.path), a.spec.category)
+        exact = {a.path: a.spec.category for a in self.attached}
+        out = []
+        for start, end, path in exec_ranges(self.pid):
+            cat = exact.get(path, dirs.get(os.path.dirname(path)))
+            if cat is not None and cat != catalog.CAT_PY:
+                out.append((start, end, cat))
+        return out[:NRANGES]
+
+    def set_ranges(self, ranges: list[tuple[int, int, int]]) -> None:
+        """Tell the tick which address ranges belong to which category: (start, end, category)."""
+        table = self.bpf["ranges"]
+        for i, (a, b, cat) in enumerate(ranges[:NRANGES]):
+            table[ct.c_int(i)] = table.Leaf(a, b, cat, 0)
+        self.bpf["nranges"][ct.c_int(0)] = ct.c_uint(min(len(ranges), NRANGES))
+
+    # -- operations ----------------------------------------------------------
+    def ops(self) -> list[OpCounters]:
+        """Cumulative counters per operation id."""
+        return [OpCounters(op=k.value, ns=[[c.ns[2 * i], c.ns[2 * i + 1]] for i in range(4)],
+                           trans=[[c.trans[4 * a + b] for b in range(4)] for a in range(4)],
+                           calls=list(c.calls), oh=list(c.oh), ticks=list(c.ticks))
+                for k, c in self.bpf["opstat"].items()]
+
+    def set_op_source(self, bit: int, on: bool = True) -> None:
+        """Turn an operation source on in the kernel: 1 annotations, 2 the stack sampler."""
+        with self._cfg_lock:          # the sampler's reader thread calls this too
+            cfg = self.bpf["opcfg"]
+            cur = cfg[ct.c_int(0)].value
+            cfg[ct.c_int(0)] = ct.c_uint(cur | bit if on else cur & ~bit)
+
+    def set_annotation_region(self, address: int) -> None:
+        """Tell the kernel where the target's annotation region is mapped."""
+        self.bpf["annbase"][ct.c_uint(self.pid)] = ct.c_ulonglong(address)
+        self.set_op_source(1)
+
+    def set_sampled_op(self, tid: int, op: int, ts_ns: int) -> None:
+        """The operation the stack sampler saw on a thread (0 none) and when (CLOCK_MONOTONIC).
+
+        The kernel keeps the last 16 changes per thread and replays them in order at the
+        thread's next event.
+        """
+        table = self.bpf["sop"]
+        leaf = self._sop.get(tid)
+        if leaf is None:
+            leaf = self._sop[tid] = table.Leaf()
+        seq = self._sop_seq.get(tid, 0) + 1
+        self._sop_seq[tid] = seq
+        e = leaf.e[seq % 16]
+        e.ts, e.op, e.seq = ts_ns, op, seq
+        table[ct.c_uint(tid)] = leaf
+
+    def sync_times(self) -> dict[str, list[int]]:
+        """Time blocked in synchronize calls: ``{label: [ns, calls]}`` (cumulative, outermost calls)."""
+        ns, calls = self.bpf["sync_ns"], self.bpf["sync_calls"]
+        out: dict[str, list[int]] = {}
+        for i, s in enumerate(self.specs):
+            if s.symbol in catalog.SYNC_SYMBOLS:
+                n, c = int(sum(ns[ct.c_int(i)])), int(sum(calls[ct.c_int(i)]))
+                if c:
+                    cur = out.setdefault(s.label, [0, 0])
+                    cur[0] += n
+                    cur[1] += c
+        return out
+
+    def forget(self, tid: int) -> None:
+        """Drop the state of an exited thread once it has been read: its counters and its
+        sampled operations, in the kernel and here (a churning program makes thousands)."""
+        for name in ("threads", "sop"):
+            try:
+                del self.bpf[name][ct.c_uint(tid)]
+            except KeyError:
+                pass
+        self._sop.pop(tid, None)
+        self._sop_seq.pop(tid, None)
+
+    def events(self, budget_s: float = DRAIN_BUDGET_S) -> list[tuple]:
+        """Drain the BPF ring buffer: (kind, ts, tid, name, category) tuples, for at most
+        ``budget_s`` of the monitor's time: what is left waits for the next call, and what
+        no longer fits in the kernel's buffer is counted (``event_drops``), so a flood of
+        events (``--timeline`` on a hot loop) never stalls the session."""
+        self._drain_until = time.monotonic() + budget_s
+        self.bpf.ring_buffer_consume()
+        ev, self._events = self._events, []
+        return ev
+
+    def _on_event(self, ctx, data, size):
+        e = self.bpf["events"].event(data)
+        self._events.append((e.kind, e.ts, e.tid, e.name.decode(errors="replace"), e.cat))
+        if len(self._events) % 1024 == 0 and time.monotonic() > self._drain_until:
+            return -1                 # libbpf stops consuming here; the rest stays in the buffer
+        return 0
+
+    def event_drops(self) -> int:
+        """Events the kernel's ring buffer had no room for, summed over CPUs."""
+        return int(sum(self.bpf["ev_drops"][ct.c_int(0)]))
+
+
+def _fw_counters(f) -> dict:
+    """A thread's per-framework Backend counters, for the slots that have names."""
+    n = len(fw.SLOTS)
+    return {"ns": [[f.ns[2 * k], f.ns[2 * k + 1]] for k in range(n)], "calls": [f.calls[k] for k in range(n)],
+            "trans": [f.trans[k] for k in range(n)], "oh": [f.oh[k] for k in range(n)], "cur": f.cur}
+
+
+def task_ids(pid: int) -> list[int]:
+    try:
+        return [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        return []

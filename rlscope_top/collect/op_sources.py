@@ -1,0 +1,113 @@
+"""Where the collector learns operations: the target's annotation region and the stack
+sampler (austin), throttled to its share of the overhead budget."""
+
+from __future__ import annotations
+
+import time
+
+from ..probes import ann_region
+from ..probes.stack_sampler import StackSampler
+from ..vocab import ALL_OP
+from .target import is_alive
+
+SAMPLER_WINDOW_S = 5.0  # the stack sampler's CPU is checked over this ...
+SAMPLER_SHARE = 0.5     # ... against this share of the overhead budget (% of one core)
+MIN_SAMPLE_HZ = 10.0
+
+
+class OperationSources:
+    """The operation sources of a ``Collector`` (mixed in; it sets ``probes``, ``pid`` and
+    the operation bookkeeping)."""
+
+    # -- operations ----------------------------------------------------------
+    def _find_annotations(self) -> None:
+        """Pick up the target's annotation region (it appears at its first annotation)."""
+        if self.region is not None:
+            self._refresh_names()
+            return
+        self.region = ann_region.open_region(self.pid)
+        if self.region is None:
+            return
+        self.probes.set_annotation_region(self.region.address)
+        self.region.attach()
+        self._refresh_names()
+        self.note("info", f"PID {self.pid} is annotated (rlscope_top.operation): "
+                           "its annotations scope time from now on and win over sampled rules")
+
+    def _start_sampler(self) -> None:
+        """Sample Python stacks for rule-based operations (the zero-change path)."""
+        if not self.sample_hz:
+            return
+        smp = StackSampler(self.pid, self.op_rules, self.sample_hz, self._sampled_op)
+        if not smp.start():
+            self.note("warn", f"operations unavailable: {smp.error}; the category breakdown is unaffected")
+            return
+        self.sampler = smp
+        for name, i in smp.ids.items():
+            self.op_names[i] = (name, smp.matcher.kinds.get(name, ""), "sampled")
+
+    def current_op_name(self, tid: int, ts: int = 0) -> str:
+        """The operation a thread is in now (annotation, else sampled rule), ``<all>`` if none.
+
+        Used to scope GPU activity: the join runs shortly after the launch, so an operation
+        boundary in between attributes the activity to the next operation.
+        """
+        op = self._op_of(tid, self._aops.get(tid, 0))
+        return self.op_names[op][0] if op in self.op_names else ALL_OP
+
+    def _op_of(self, tid: int, aop: int) -> int:
+        """A thread's operation id: its annotation wins over the sampled rule (0: none)."""
+        return aop or (self.sampler.current(tid) if self.sampler is not None else 0)
+
+    def _check_sampler(self) -> None:
+        """Keep the sampler's own CPU inside half the budget; say once why it stopped."""
+        smp = self.sampler
+        if smp is None:
+            return
+        self._sampler_budget(smp)
+        if not smp.ended or self._sampler_reported:
+            return
+        self._sampler_reported = True
+        if smp.error and is_alive(self.pid):
+            self.note("warn", f"operations unavailable: austin cannot sample PID {self.pid}: {smp.error} "
+                               "The category breakdown is unaffected.")
+
+    def _sampler_budget(self, smp) -> None:
+        """Every 5 s: austin's CPU goes into the budget's total; above half the budget (% of one
+        core) it halves its rate."""
+        now, cpu = time.monotonic(), smp.cpu_s()
+        if cpu is None or smp.ended:
+            return
+        t0, c0 = self._smp_window
+        if now - t0 < SAMPLER_WINDOW_S:
+            return
+        self._smp_window = (now, cpu)
+        pct = 100 * (cpu - c0) / (now - t0) if t0 else 0.0
+        if t0:
+            self.budget.fixed_pct = pct           # in the budget's total: no step lowers it
+        if t0 and pct > SAMPLER_SHARE * self.budget.max_pct and smp.hz > MIN_SAMPLE_HZ:
+            hz = max(MIN_SAMPLE_HZ, smp.hz / 2)
+            self.note("warn", f"stack sampler used {pct:.1f}% of a core > {SAMPLER_SHARE * self.budget.max_pct:g}%: "
+                               f"{smp.hz:g} -> {hz:g} samples/s")
+            self.sampler = smp.restarted(hz)
+            self._smp_window = (0.0, 0.0)
+
+    def _sampled_op(self, tid: int, op: int, ts_ns: int) -> None:
+        """The sampler saw a thread change operation (called from its reader thread)."""
+        self.probes.set_sampled_op(tid, op, ts_ns)
+        if op and not self._sampling_on:
+            # the kernel looks sampled operations up only once a rule has matched, so a
+            # target no rule fits pays nothing for the sampler in its probes
+            self._sampling_on = True
+            self.probes.set_op_source(2)
+
+    def _refresh_names(self) -> None:
+        for i, (name, kind) in self.region.names().items():
+            self.op_names.setdefault(i, (name, kind, "annotated"))
+
+    def _stop_operations(self) -> None:
+        """Stop the stack sampler and release the annotation region (idempotent)."""
+        if self.sampler is not None:
+            self.sampler.stop()
+        if self.region is not None:
+            self.region.detach()

@@ -1,0 +1,135 @@
+"""What the collector writes to the ring: the meta record, the counters record (threads,
+operations, exited threads folded) and the events drained from the kernel."""
+
+from __future__ import annotations
+
+import platform
+import time
+
+from ..ring import records as R
+from ..probes import catalog
+from ..probes import frameworks as FW
+from ..probes import maps as M
+from ..probes.maps import OpCounters, ThreadCounters
+from ..vocab import CATEGORIES
+from .target import thread_name, thread_running
+
+META_PERIOD_S = 10.0    # late readers find a meta record within this
+_TIMELINE_KINDS = {M.EV_ENTER: "enter", M.EV_EXIT: "exit", M.EV_ON: "on", M.EV_OFF: "off", M.EV_NEW: "new"}
+
+
+class RecordBuilder:
+    """The ring records of a ``Collector`` (mixed in)."""
+
+    # -- records -----------------------------------------------------------
+    def _meta(self) -> dict:
+        probes = [{"id": a.id, "group": a.spec.group, "label": a.spec.label, "kind": a.spec.kind,
+                   "category": CATEGORIES[a.spec.category], "lib": a.path,
+                   "offset": a.offset, "emulated": a.emulated, "cost_ns": a.cost_ns}
+                  for a in self.probes.attached]
+        return R.meta(pid=self.pid, command=self.command, t0_ns=self.t0_ns,
+                      wall0=time.time() - (time.monotonic_ns() - self.t0_ns) / 1e9,
+                      interval_s=self.interval_s, probes=probes,
+                      labels=[s.label for s in self.specs],
+                      groups={g: sorted({a.path for a in self.probes.attached if a.spec.group == g})
+                              for g in self.probes.groups},
+                      missing=self.probes.missing, host=platform.node(), kernel=platform.release(),
+                      calibrated=self.probes.calibration.measured, max_overhead_pct=self.budget.max_pct,
+                      switch_ns=self.probes.calibration.kinds["sched_switch"]["per_switch"],
+                      tids0=self.probes.tids0, timeline=self.probes.timeline, fw_slots=list(FW.SLOTS))
+
+    def meta_record(self) -> dict:
+        """The session's meta record (what the ring's readers get first)."""
+        return self._meta()
+
+    def _counters(self, now: int | None = None) -> dict:
+        now = now or time.monotonic_ns()
+        ops = {o.op: o for o in self.probes.ops()} if self.op_names or self.sampler else {}
+        for tc in self.probes.threads():
+            if tc.tgid != self.pid:
+                continue
+            rec = self._thread_record(tc, now, ops)
+            self._aops[tc.tid] = tc.aop
+            if tc.exited:                 # its last figures; the record stays bounded (thread_fold)
+                self.probes.forget(tc.tid)
+                if self.sampler is not None:
+                    self.sampler.forget(tc.tid)
+                self._threads.pop(tc.tid, None)
+                self._names.pop(tc.tid, None)
+                self._aops.pop(tc.tid, None)
+                self._exited.add(rec)
+            else:
+                self._threads[tc.tid] = rec
+        rec = R.counters(now, list(self._threads.values()) + self._exited.rows(), self.probes.hits(),
+                         self.budget.last_pct, ops=self._op_records(ops))
+        if self.probes.timeline:
+            rec["event_drops"] = self.probes.event_drops()
+        cost = self.cost.read()
+        if cost is not None:
+            rec["cost"] = cost
+        if self.sampler is not None:
+            smp = self.sampler
+            rec["sampler"] = {"hz": smp.hz, "samples": smp.total, "invalid": smp.invalid, "cpu_s": smp.cpu_s(),
+                              "error": smp.error}
+        return rec
+
+    def _op_records(self, ops: dict[int, OpCounters]) -> list[dict]:
+        if ops and any(i not in self.op_names for i in ops) and self.region is not None:
+            self._refresh_names()
+        smp = self.sampler
+        samples = smp.samples() if smp is not None else {}
+        out = []
+        for i, o in sorted(ops.items()):
+            name, kind, src = self.op_names.get(i, (f"op#{i}", "", "annotated"))
+            sampled = src == "sampled"
+            out.append(R.operation(id=i, name=name, kind=kind, source=src, ns=o.ns, trans=o.trans,
+                                   calls=o.calls, oh=o.oh, ticks=o.ticks, samples=samples.get(i, 0) if sampled else None,
+                                   samples_incl=smp.inclusive.get(name, 0) if sampled else None,
+                                   nested=smp.nested.get(name) if sampled else None,
+                                   samples_total=smp.total if sampled else None))
+        return out
+
+    def _thread_record(self, tc: ThreadCounters, now: int, ops: dict[int, OpCounters]) -> dict:
+        ns = [list(x) for x in tc.ns]
+        if not tc.exited and now > tc.last_ts:   # time since the thread's last event
+            c = _innermost(tc.depth)
+            on = tc.run == 1 or (tc.run == 2 and thread_running(self.pid, tc.tid))
+            ns[c][0 if on else 1] += now - tc.last_ts
+            if c == catalog.CAT_BACKEND and tc.fw:     # the same time, to the open call's framework
+                tc.fw["ns"][tc.fw["cur"] % len(FW.SLOTS)][0 if on else 1] += now - tc.last_ts
+            op = self._op_of(tc.tid, tc.aop)
+            if op in ops:
+                ops[op].ns[c][0 if on else 1] += now - tc.last_ts
+        if tc.tid not in self._names:
+            self._names[tc.tid] = thread_name(self.pid, tc.tid)
+        return R.thread(tid=tc.tid, name=self._names[tc.tid],
+                        python=tc.pyflag or tc.opflag or tc.tid == self.pid, exited=tc.exited,
+                        ns=ns, trans=tc.trans, calls=tc.calls, oh=tc.oh,
+                        fw={k: v for k, v in (tc.fw or {}).items() if k != "cur"} or None, ticks=tc.ticks,
+                        switches=tc.switches, preempt_ns=tc.preempt_ns)
+
+    def _drain_events(self) -> None:
+        items, timeline = [], []
+        for kind, ts, tid, name, cat in self.probes.events():
+            if kind in _TIMELINE_KINDS:
+                timeline.append([ts, tid, _TIMELINE_KINDS[kind], cat])
+                continue
+            stack = self._open.setdefault(tid, [])
+            if kind == M.EV_RANGE_BEGIN:
+                stack.append((name, ts))
+            elif kind == M.EV_RANGE_END and stack:
+                n, t0 = stack.pop()
+                items.append(R.interval(tid, "range", n, t0, ts))
+            elif kind == M.EV_THREAD_EXIT and self.probes.timeline:
+                timeline.append([ts, tid, "gone", 0])
+        if items:
+            self.ring.write(R.intervals(items))
+        for i in range(0, len(timeline), 20000):     # keep each record well under the ring's size
+            self.ring.write(R.events(timeline[i:i + 20000]))
+
+
+def _innermost(depth: list[int]) -> int:
+    for c in (catalog.CAT_CUDA, catalog.CAT_SIM, catalog.CAT_BACKEND):
+        if depth[c]:
+            return c
+    return catalog.CAT_PY

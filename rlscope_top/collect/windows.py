@@ -1,0 +1,131 @@
+"""The budget loop: price the probes' hits each window, step a costly category down, and
+re-time the categories it turned down in short jittered windows (rlscope_top/collect/budget.py
+decides; this applies)."""
+
+from __future__ import annotations
+
+import random
+import time
+
+from ..ring import records as R
+from .budget import FIRST_WINDOW_S, WINDOW_S, WINDOW_SHARE
+from ..vocab import CATEGORIES
+
+SAMPLE_WINDOW_S = 0.4   # a category the budget turned down is timed again this long (at most) ...
+MIN_WINDOW_S = 0.1      # ... shorter where it costs more, so that windows come often enough to land
+                        # on every phase of a loop within the budget ...
+MIN_SAMPLE_PERIOD_S = 2.0   # ... at most this often (further apart when it costs more) ...
+SAMPLE_JITTER = 0.5     # ... at a random offset of up to +-50% of the period, so that windows
+                        # land on every phase of a loop, not always on the same one
+SAMPLE_SHARE = WINDOW_SHARE   # share of the budget the sample windows may use
+SETTLE_STEPS = 4        # 50 ms budget windows right after attach: timed -> count -> off, and a second category
+
+
+class BudgetLoop:
+    """The budget side of a ``Collector`` (mixed in; it sets ``probes``, ``budget`` and
+    ``_samples``)."""
+
+    def _settle(self) -> None:
+        """Price the probes in 50 ms windows right after attach and step down at once while
+        over budget, instead of running the whole set at full cost for the first 0.5 s."""
+        self.budget.window_s = FIRST_WINDOW_S
+        try:
+            for _ in range(SETTLE_STEPS):
+                self.budget.reset()
+                self._apply_budget(time.monotonic(), self.probes.hits())    # the window's start
+                time.sleep(FIRST_WINDOW_S)
+                if not self._apply_budget(time.monotonic(), self.probes.hits()):
+                    return
+        finally:
+            self.budget.reset()
+            self.budget.window_s = WINDOW_S
+
+    def _sample(self, now: float) -> bool:
+        """Time categories the budget turned down (count or off) for a short window now and then.
+
+        The estimates between windows come from all windows so far, per operation
+        (rlscope_top/account/estimates.py). Windows start at jittered times, so that they sample
+        every phase of the program. Returns whether a window is open.
+        """
+        busy = False
+        for cat, st in self._samples.items():
+            name = CATEGORIES[cat]
+            if st["until"] is None and now >= st["next"]:
+                self.probes.restore(cat)
+                self._write_counters(self._counters())
+                self.ring.write(R.mode(time.monotonic_ns(), name, "timed", 0.0, self.budget.max_pct))
+                st["until"], st["opened"] = now + st["window"], (now, self._category_cost_ns(cat))
+            elif st["until"] is not None and now >= st["until"]:
+                self._write_counters(self._counters())
+                self._reprice(st, now, self._category_cost_ns(cat))     # at full cost, before the step down
+                while self.probes.degrade(cat) != st["mode"]:
+                    pass
+                self.ring.write(R.mode(time.monotonic_ns(), name, st["mode"], 0.0, self.budget.max_pct))
+                st["until"], st["next"] = None, now + _jittered(st["period"])
+                self.budget.reset()
+            busy = busy or st["until"] is not None
+        return busy
+
+    def _category_cost_ns(self, cat: int) -> int:
+        """Calibrated cost of one category's probe hits so far."""
+        hits = self.probes.hits()
+        return sum(hits[a.id] * a.cost_ns for a in self.probes.attached
+                   if a.parts and a.spec.category == cat and a.id < len(hits))
+
+    def _reprice(self, st: dict, now: float, cost_ns: int) -> None:
+        """Space the windows by what they cost, on average over the windows so far (a phase
+        with more calls costs more than the one the first decision saw)."""
+        t0, c0 = st.pop("opened")
+        st["win_s"] = st.get("win_s", 0.0) + (now - t0)
+        st["win_cost_s"] = st.get("win_cost_s", 0.0) + (cost_ns - c0) / 1e9
+        if st["win_s"] > 0:
+            st.update(self._spacing(100.0 * st["win_cost_s"] / st["win_s"]))
+
+    def _spacing(self, pct: float) -> dict:
+        """Window length and period for a category that costs ``pct`` when timed: the windows
+        use SAMPLE_SHARE of the budget; a costlier category gets shorter, not rarer, windows."""
+        window = min(SAMPLE_WINDOW_S, max(MIN_WINDOW_S, SAMPLE_WINDOW_S * 10.0 / max(pct, 1e-9)))
+        return {"window": window,
+                "period": max(MIN_SAMPLE_PERIOD_S, window * pct / (SAMPLE_SHARE * self.budget.max_pct))}
+
+    def poll_windows(self, now: float) -> None:
+        """Open or close a timed window on time (between ticks: windows are shorter than one)."""
+        if any((st["until"] is None and now >= st["next"]) or (st["until"] is not None and now >= st["until"])
+               for st in self._samples.values()):
+            self._sample(now)
+
+    def _apply_budget(self, now: float, hits: list[int]) -> bool:
+        """Feed the budget; take the step it asks for. Returns whether one was taken."""
+        probes = [(a.id, a.spec.category, a.cost_ns) for a in self.probes.attached if a.parts]
+        extra = {s.name: (s.cost_ns(), s.can_degrade()) for s in self.sources if hasattr(s, "cost_ns")}
+        d = self.budget.update(now, hits, probes, self.probes.modes, extra)
+        if d is None:
+            return False
+        self._write_counters(self._counters())   # the figures as of the step: the estimates start here
+        if isinstance(d.category, str):      # a source (the GPU agent) is the costly part
+            src = next(s for s in self.sources if getattr(s, "name", None) == d.category)
+            how = src.degrade(d)
+            self.ring.write(R.mode(time.monotonic_ns(), d.category, "windowed", d.overhead_pct, self.budget.max_pct))
+            self.note("warn", f"overhead {d.overhead_pct:.1f}% > budget {self.budget.max_pct:g}%: "
+                              f"{d.category} ({d.category_pct:.1f}%) -> {how}")
+            return True
+        name = CATEGORIES[d.category]
+        new = self.probes.degrade(d.category)
+        self.ring.write(R.mode(time.monotonic_ns(), name, new, d.overhead_pct, self.budget.max_pct))
+        if new != d.mode:               # counting alone would not fit: remove the entries too
+            new = self.probes.degrade(d.category)
+            self.ring.write(R.mode(time.monotonic_ns(), name, new, d.overhead_pct, self.budget.max_pct))
+        spacing = self._spacing(d.category_pct)
+        period = spacing["period"]
+        st = self._samples.setdefault(d.category, {"next": now + _jittered(period), "until": None})
+        st.update(spacing, mode=new)           # keep the estimate fresh with short timed windows
+        how = ("counting calls only; its time is" if new == "count" else
+               "per-call probes removed; calls and time are")
+        self.note("warn", f"overhead {d.overhead_pct:.1f}% > budget {self.budget.max_pct:g}%: "
+                          f"{name} ({d.category_pct:.1f}%) -> {how} estimated, re-timed "
+                          f"{spacing['window']:.2g} s about every {period:.0f} s")
+        return True
+
+
+def _jittered(period: float) -> float:
+    return period * random.uniform(1 - SAMPLE_JITTER, 1 + SAMPLE_JITTER)
