@@ -98,6 +98,8 @@ def _session_args(p: argparse.ArgumentParser) -> None:
                    help="stack samples per second for zero-change operations (default 100; 0 turns it off)")
     p.add_argument("--max-probes", type=int, default=catalog.MAX_PROBES, help=argparse.SUPPRESS)
     p.add_argument("--ebpf", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--prometheus", metavar="[HOST:]PORT",
+                   help="serve the live figures on http://HOST:PORT/metrics (default host 127.0.0.1)")
     p.add_argument("-q", "--quiet", action="store_true", help="only warnings on stderr")
 
 
@@ -162,6 +164,12 @@ def _count(text: str) -> int:
     return int(text)
 
 
+def _prometheus(text: str | None) -> tuple[str, int] | None:
+    from .report.prometheus import parse_address  # noqa: PLC0415
+
+    return parse_address(text) if text else None
+
+
 def _options(ns: argparse.Namespace, pid: int):
     from .report import summary as S  # noqa: PLC0415 - heavy (numpy): after `run` blocked its signals
     from .collect.session import Options  # noqa: PLC0415
@@ -177,7 +185,8 @@ def _options(ns: argparse.Namespace, pid: int):
     return Options(pid=pid, duration_s=ns.duration, interval_s=ns.interval, summary_path=ns.summary,
                    ring_path=ns.ring, keep_ring=ns.keep_ring or bool(ns.ring), sim_libs=ns.sim_lib,
                    max_probes=ns.max_probes, max_overhead_pct=ns.max_overhead, timeline=ns.timeline, quiet=ns.quiet,
-                   op_rules=[op_rules.parse(r) for r in ns.op], sample_hz=ns.sample_hz, gpu=gpu)
+                   op_rules=[op_rules.parse(r) for r in ns.op], sample_hz=ns.sample_hz, gpu=gpu,
+                   prometheus=_prometheus(ns.prometheus))
 
 
 def _command(ns: argparse.Namespace) -> list[str]:

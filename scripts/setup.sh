@@ -11,16 +11,22 @@ if [ "$(id -u)" != 0 ]; then
   say "error: run as root (eBPF needs CAP_BPF/CAP_PERFMON); hint: sudo bash scripts/setup.sh"; exit 2
 fi
 
-# 1. Debian packages: bcc's Python module, its tools, kernel headers, tmux for the TUI tests.
+# 1. Debian packages: bcc's Python module, its tools, kernel headers, tmux for the TUI tests,
+#    and a Prometheus server the exporter's test scrapes with (its service is not started).
 need=()
-for p in python3-bpfcc bpfcc-tools bpftool linux-headers-amd64 python3-venv tmux gcc; do
+for p in python3-bpfcc bpfcc-tools bpftool linux-headers-amd64 python3-venv tmux gcc prometheus; do
   dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then
   say "installing Debian packages: ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq >/dev/null
+  held=""
+  if [ ! -e /usr/sbin/policy-rc.d ]; then   # install services without starting them
+    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && held=1
+  fi
   apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  if [ -n "$held" ]; then rm -f /usr/sbin/policy-rc.d; fi
 else
   say "Debian packages present"
 fi

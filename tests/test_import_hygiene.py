@@ -23,7 +23,8 @@ def _loaded(mods, banned):
 @pytest.mark.parametrize("mods,banned", [
     (["rlscope_top.probes.loader", "rlscope_top.probes.catalog", "rlscope_top.collect.collector"], ["textual"]),
     (["rlscope_top.tui", "rlscope_top.tui.app", "rlscope_top.report.view"], ["bcc", "rlscope_top.probes.loader"]),
-    (["rlscope_top.account.accounting", "rlscope_top.report.summary", "rlscope_top.ring.ring", "rlscope_top.ring.records"],
+    (["rlscope_top.account.accounting", "rlscope_top.report.summary", "rlscope_top.ring.ring", "rlscope_top.ring.records",
+      "rlscope_top.report.prometheus"],
      ["bcc", "textual"]),
     (["rlscope_top.probes.nvml", "rlscope_top.collect.gpu_source", "rlscope_top.commands.launch", "rlscope_top.probes.gpu_region",
       "rlscope_top.probes.gpu_inject"], ["textual"]),

@@ -47,6 +47,7 @@ class Options:
     sample_hz: float = 100.0                                   # 0: no stack sampler
     gpu: object = None          # GpuOptions (rlscope_top/collect/gpu_source.py); None: use an agent the target has
     on_attached: Callable[[], None] | None = None   # `run`: release the held command
+    prometheus: tuple[str, int] | None = None       # --prometheus: (host, port) to serve /metrics on
 
 
 def specs_for(opts: Options) -> list[catalog.ProbeSpec]:
@@ -252,6 +253,7 @@ def _session(opts: Options, stop_reason: Callable[[], str | None], on_tick, read
     drop_ring = (lambda: None) if opts.keep_ring else (lambda: os.unlink(ring.path))
     _FORCED_EXIT_CLEANUP.append(drop_ring)
     collector = None
+    stack = contextlib.ExitStack()
     try:
         collector = Collector(opts.pid, ring, specs_for(opts), notify=notify, interval_s=opts.interval_s,
                               max_probes=opts.max_probes, max_overhead_pct=opts.max_overhead_pct,
@@ -267,10 +269,13 @@ def _session(opts: Options, stop_reason: Callable[[], str | None], on_tick, read
             opts.on_attached()
         groups = ", ".join(collector.probes.groups) or "no known libraries yet"
         notify("status", f"attached to PID {opts.pid} ({collector.probes.n_probes()} probes: {groups}); ring {ring.path}")
-        reason = _loop(opts, collector, reader, acct, stop_reason, on_tick)
+        exporter = _Exporter(opts, notify)
+        stack.callback(exporter.stop)
+        reason = _loop(opts, collector, reader, acct, stop_reason, exporter.ticked(on_tick, reader))
         collector.stop_counting(reason)
         _read_to_end(reader, acct, collector)
         summary = S.build(acct, ring_path=ring.path if opts.keep_ring else "", dropped=reader.dropped)
+        exporter.publish(summary)
         path, failed = S.write_safely(summary, opts.summary_path or S.default_path(opts.pid), opts.pid)
         if failed:
             notify("warn", f"could not write the summary to {failed}; written to {path} instead")
@@ -287,10 +292,46 @@ def _session(opts: Options, stop_reason: Callable[[], str | None], on_tick, read
         summary["_path"] = path
         return summary
     finally:
+        stack.close()
         if collector is not None:
             collector.close()
         ring.close(remove=not opts.keep_ring)
         _FORCED_EXIT_CLEANUP.remove(drop_ring)
+
+
+class _Exporter:
+    """``--prometheus``: the summary as it stands, published once per refresh to the exporter
+    (rlscope_top/report/prometheus.py); nothing when the option is not given."""
+
+    def __init__(self, opts: Options, notify):
+        self.opts, self.metrics, self.server, self._next = opts, None, None, 0.0
+        if opts.prometheus:
+            from ..report import prometheus  # noqa: PLC0415 - prometheus_client only when asked
+
+            self.metrics = prometheus.SessionMetrics()
+            self.server = prometheus.serve(opts.prometheus, self.metrics, notify)
+
+    def ticked(self, on_tick, reader: RingReader):
+        """``on_tick`` plus publishing, at most once per refresh interval."""
+        if self.server is None:
+            return on_tick
+
+        def tick(acct: Accounting) -> None:
+            if on_tick:
+                on_tick(acct)
+            now = time.monotonic()
+            if now >= self._next:
+                self._next = now + self.opts.interval_s
+                self.publish(S.build(acct, ring_path="", dropped=reader.dropped))
+        return tick
+
+    def publish(self, doc: dict) -> None:
+        if self.metrics is not None:
+            self.metrics.publish(doc)
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
 
 
 def _loop(opts: Options, collector: Collector, reader: RingReader, acct: Accounting,
