@@ -165,9 +165,11 @@ def _count(text: str) -> int:
 
 
 def _prometheus(text: str | None) -> tuple[str, int] | None:
-    from .report.prometheus import parse_address  # noqa: PLC0415
+    if not text:
+        return None
+    from .report.prometheus import parse_address  # noqa: PLC0415 - prometheus_client only when asked
 
-    return parse_address(text) if text else None
+    return parse_address(text)
 
 
 def _options(ns: argparse.Namespace, pid: int):

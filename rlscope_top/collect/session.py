@@ -308,8 +308,9 @@ class _Exporter:
         if opts.prometheus:
             from ..report import prometheus  # noqa: PLC0415 - prometheus_client only when asked
 
-            self.metrics = prometheus.SessionMetrics()
-            self.server = prometheus.serve(opts.prometheus, self.metrics, notify)
+            metrics = prometheus.SessionMetrics()
+            self.server = prometheus.serve(opts.prometheus, metrics, notify)
+            self.metrics = metrics if self.server is not None else None
 
     def ticked(self, on_tick, reader: RingReader):
         """``on_tick`` plus publishing, at most once per refresh interval."""

@@ -12,6 +12,9 @@ from __future__ import annotations
 import socket
 import threading
 
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
 from ..errors import UsageError
 from ..vocab import CATEGORIES, TRANSITIONS
 
@@ -51,8 +54,6 @@ class SessionMetrics:
 
     def collect(self):
         """Metric families from the latest document (called by prometheus_client per scrape)."""
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily  # noqa: PLC0415
-
         with self._lock:
             doc = self._doc
         if doc is None:
@@ -78,16 +79,16 @@ class SessionMetrics:
             if trans.get(t) is not None:
                 tr.add_metric([*ids, t], trans[t])
         yield tr
-        yield from self._operations(doc, base, ids, CounterMetricFamily)
-        yield from self._gpu(tot, doc, base, ids, CounterMetricFamily, GaugeMetricFamily)
+        yield from self._operations(doc, base, ids)
+        yield from self._gpu(tot, doc, base, ids)
         oh = GaugeMetricFamily("rlscope_overhead_ratio", "The session's self-reported cost to the process "
                                "(fraction of its wall time)", labels=base)
         oh.add_metric(ids, ((doc.get("overhead") or {}).get("estimated_pct") or 0.0) / 100)
         yield oh
 
     @staticmethod
-    def _operations(doc: dict, base: list, ids: list, counter):
-        fam = counter("rlscope_operation_seconds", "Seconds per operation and category",
+    def _operations(doc: dict, base: list, ids: list):
+        fam = CounterMetricFamily("rlscope_operation_seconds", "Seconds per operation and category",
                       labels=[*base, "operation", "category"])
         for name, op in (doc.get("operations") or {}).items():
             for c in CATEGORIES:
@@ -97,9 +98,9 @@ class SessionMetrics:
         yield fam
 
     @staticmethod
-    def _gpu(tot: dict, doc: dict, base: list, ids: list, counter, gauge):
+    def _gpu(tot: dict, doc: dict, base: list, ids: list):
         if tot.get("gpu_s") is not None:
-            fam = counter("rlscope_gpu_busy_seconds", "Seconds at least one kernel or copy ran (CUPTI)", labels=base)
+            fam = CounterMetricFamily("rlscope_gpu_busy_seconds", "Seconds at least one kernel or copy ran (CUPTI)", labels=base)
             fam.add_metric(ids, tot["gpu_s"])
             yield fam
         contrast = (doc.get("gpu") or {}).get("contrast") or {}
@@ -108,7 +109,7 @@ class SessionMetrics:
                                 ("gpu_bound_pct", "rlscope_gpu_bound_ratio",
                                  "True GPU-bound share of the session (CUPTI: a kernel or copy running)")):
             if contrast.get(key) is not None:
-                fam = gauge(name, text, labels=base)
+                fam = GaugeMetricFamily(name, text, labels=base)
                 fam.add_metric(ids, contrast[key] / 100)
                 yield fam
 
@@ -120,8 +121,6 @@ def serve(address: tuple[str, int], metrics: SessionMetrics, notify) -> object |
     Returns:
         the HTTP server (``shutdown()`` stops it), or None.
     """
-    from prometheus_client import CollectorRegistry, start_http_server  # noqa: PLC0415
-
     registry = CollectorRegistry(auto_describe=False)
     registry.register(metrics)
     host, port = address
