@@ -8,7 +8,7 @@ attach --headless --duration S` runs SESSIONS times with default settings, then 
 from the exact session's shares, the overhead the tool reported, and the slowdown measured
 from the step rate (attached, against the unattached stretches on both sides).
 
-usage: sudo .venv/bin/python bench/real_rl.py [--program tianshou|zoo]... [--sessions 5]
+usage: sudo .venv/bin/python bench/real_rl.py [--program tianshou|zoo|zoo_subproc]... [--sessions 5]
        [--seconds 10] [--write]      (tianshou, rl-zoo3: the `test` extra)
 """
 
@@ -35,6 +35,11 @@ PROGRAMS = {
     "zoo": ("rl-zoo3 2.9.2 PPO CartPole-v1", ["-m", "rl_zoo3.train", "--algo", "ppo", "--env", "CartPole-v1",
                                               "-n", "100000000", "--seed", "0", "--eval-freq", "-1",
                                               "--device", "cpu", "--log-interval", "-1"]),
+    # the whole job (issue 13): 4 CartPole envs in SubprocVecEnv workers (forkserver), one learner
+    "zoo_subproc": ("rl-zoo3 2.9.2 PPO CartPole-v1, --vec-env subproc (4 workers)",
+                    ["-m", "rl_zoo3.train", "--algo", "ppo", "--env", "CartPole-v1", "--vec-env", "subproc",
+                     "--hyperparams", "n_envs:4", "-n", "100000000", "--seed", "0", "--eval-freq", "-1",
+                     "--device", "cpu", "--log-interval", "-1"]),
 }
 
 

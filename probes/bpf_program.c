@@ -107,6 +107,13 @@ struct event {
 
 BPF_HASH(targets, u32, u32, 256);
 
+// follow[0] = 1: a target's new processes (fork, spawn, subprocess) become targets too: the
+// process tree (loader: ProbeSet(children=True)); 0 counts only the threads of the targets.
+BPF_ARRAY(follow, u32, 1);
+#ifndef CLONE_THREAD
+#define CLONE_THREAD 0x00010000
+#endif
+
 // Executable mappings of the probed libraries (loader.set_ranges): [start, end) -> category.
 struct iprange {
     u64 start;
@@ -153,7 +160,7 @@ BPF_ARRAY(timeline, u32, 1);
 BPF_ARRAY(opcfg, u32, 1);
 BPF_HASH(annbase, u32, u64, 256);
 BPF_HASH(sop, u32, struct sopv, 32768);
-BPF_HASH(opstat, u32, struct opcnt, 4096);
+BPF_HASH(opstat, u64, struct opcnt, 4096);   // key: tgid << 32 | op (per process)
 BPF_PERCPU_ARRAY(blankop, struct opcnt, 1);
 
 static __always_inline u32 op_cfg(void) {
@@ -167,16 +174,17 @@ static __always_inline u32 cur_op(struct tstate *s) {
     return s->aop ? s->aop : s->sop_cur;
 }
 
-static __always_inline struct opcnt *op_counters(u32 op) {
-    struct opcnt *c = opstat.lookup(&op);
+static __always_inline struct opcnt *op_counters(struct tstate *s, u32 op) {
+    u64 key = ((u64)s->tgid << 32) | op;
+    struct opcnt *c = opstat.lookup(&key);
     if (c)
         return c;
     int zero = 0;
     struct opcnt *b = blankop.lookup(&zero);
     if (!b)
         return 0;
-    opstat.insert(&op, b);
-    return opstat.lookup(&op);
+    opstat.insert(&key, b);
+    return opstat.lookup(&key);
 }
 
 static __always_inline void tl_emit(u32 tid, u32 tgid, u64 ts, u32 kind, u32 cat) {
@@ -216,7 +224,7 @@ static __always_inline void advance(struct tstate *s, u64 now, u8 hint) {
         fw_time(&s->fw, c, now - s->last_ts, r != RUN_ON);
         u32 op = cur_op(s);
         if (op) {
-            struct opcnt *oc = op_counters(op);
+            struct opcnt *oc = op_counters(s, op);
             if (oc)
                 __sync_fetch_and_add(&oc->ns[k], now - s->last_ts);
             s->opflag = 1;
@@ -344,7 +352,7 @@ static __always_inline void charge(struct tstate *s, int before_cat, u32 before,
     fw_oh(&s->fw, cur_cat(s), after);
     u32 op = cur_op(s);
     if (op) {
-        struct opcnt *oc = op_counters(op);
+        struct opcnt *oc = op_counters(s, op);
         if (oc) {
             __sync_fetch_and_add(&oc->oh[before_cat & 3], before);
             __sync_fetch_and_add(&oc->oh[cur_cat(s) & 3], after);
@@ -369,7 +377,7 @@ static __always_inline int on_enter(int id, int cat) {
         s->depth[cat & 3] = 0;   // no exit probe will come: never hold a depth
     int from = cur_cat(s) & 3;
     u32 op = cur_op(s);
-    struct opcnt *oc = op ? op_counters(op) : 0;
+    struct opcnt *oc = op ? op_counters(s, op) : 0;
     if (s->depth[cat & 3] == 0) {
         s->trans[from * NCAT + (cat & 3)]++;
         s->calls[cat & 3]++;
@@ -534,19 +542,31 @@ int on_tick(struct bpf_perf_event_data *ctx) {
     advance(s, now, RUN_ON);
     u32 op = cur_op(s);
     if (op && where < NTICK) {
-        struct opcnt *c = op_counters(op);
+        struct opcnt *c = op_counters(s, op);
         if (c)
             c->ticks[where]++;
     }
     return 0;
 }
 
-// New threads of a target start being counted before their first probe hit.
-TRACEPOINT_PROBE(sched, sched_process_fork) {
+// New threads of a target start being counted before their first probe hit; with `follow`,
+// so do its new processes (task_newtask runs in the parent, before the child can run, and
+// unlike sched_process_fork it says whether the task is a thread or a process).
+TRACEPOINT_PROBE(task, task_newtask) {
     u32 tgid = bpf_get_current_pid_tgid() >> 32;
     if (!targets.lookup(&tgid))
         return 0;
-    u32 child = args->child_pid;
+    u32 child = args->pid;
+    u32 ctgid = tgid;
+    if (!(args->clone_flags & CLONE_THREAD)) {
+        int zero = 0;
+        u32 *f = follow.lookup(&zero);
+        if (!f || !*f)
+            return 0;
+        ctgid = child;
+        u32 one = 1;
+        targets.update(&ctgid, &one);
+    }
     int zero = 0;
     struct tstate *b = blank.lookup(&zero);
     if (!b)
@@ -554,11 +574,11 @@ TRACEPOINT_PROBE(sched, sched_process_fork) {
     threads.update(&child, b);
     struct tstate *s = threads.lookup(&child);
     if (s) {
-        s->tgid = tgid;
+        s->tgid = ctgid;
         s->tid = child;
         s->last_ts = bpf_ktime_get_ns();
         s->run = RUN_OFF;
-        tl_emit(child, tgid, s->last_ts, EV_NEW, 0);
+        tl_emit(child, ctgid, s->last_ts, EV_NEW, 0);
     }
     return 0;
 }

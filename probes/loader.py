@@ -18,7 +18,7 @@ from . import catalog
 from .catalog import ENTER, EXIT, PAIR, RANGE_END, ProbeSpec
 from . import frameworks as fw
 from . import uprobe_multi
-from .maps import MapAccess, mapped_files, task_ids
+from .maps import MapAccess, descendants, mapped_files, task_ids
 from .program import capture_output, compiler_reason, first_line, generic_fn, low_priority, program_text
 from .symbols import resolve as resolve_symbol
 from .static_copies import StaticCopies
@@ -57,8 +57,12 @@ class ProbeSet(MapAccess):
 
     def __init__(self, pid: int, specs: list[ProbeSpec], max_probes: int = catalog.MAX_PROBES,
                  notify: Callable[[str, str], None] | None = None, calibration: Calibration | None = None,
-                 timeline: bool = False):
+                 timeline: bool = False, children: bool = True, roots: tuple[int, ...] = ()):
         self.pid = pid
+        # the process tree: probes go into each library once for every process (pid 0: the
+        # kernel's targets map picks the processes), and the kernel adds new ones at fork
+        self.children = children
+        self.roots = (pid, *[r for r in roots if r != pid])   # --pid given more than once
         self.timeline = timeline
         self.tids0: list[int] = []
         self.calibration = calibration or load_calibration()
@@ -67,6 +71,8 @@ class ProbeSet(MapAccess):
         self.notify = notify or (lambda level, msg: None)
         self.attached: list[Attached] = []
         self.missing: dict[str, list[str]] = {}
+        self._where: dict[str, int] = {}         # mapped path -> a process that maps it
+        self._first: list[int] = []              # the processes at attach
         self.groups: dict[str, str] = {}          # group -> library path
         self._tried: set[tuple[int, str]] = set()
         self.modes: dict[int, str] = {}           # category -> timed | count | off
@@ -100,20 +106,26 @@ class ProbeSet(MapAccess):
 
     def start(self) -> int:
         """Attach to mapped libraries, then begin counting. Returns t0 (monotonic ns)."""
+        self._first = list(self._seed_order())      # the first scan reads what the tree maps now
         self.scan()
         self.t0_ns = time.monotonic_ns()
         threads = self.bpf["threads"]
         if self.timeline:
             self.bpf["timeline"][ct.c_int(0)] = ct.c_uint(1)
-        self.tids0 = task_ids(self.pid)
-        for tid in self.tids0:
-            leaf = threads.Leaf()
-            leaf.tgid = self.pid
-            leaf.tid = tid
-            leaf.last_ts = self.t0_ns
-            leaf.run = 2
-            threads[ct.c_uint(tid)] = leaf
-        self.bpf["targets"][ct.c_uint(self.pid)] = ct.c_uint(1)
+        self.bpf["follow"][ct.c_int(0)] = ct.c_uint(1 if self.children else 0)
+        self.tids0 = []
+        # a root first, then what it forked by now: a fork after its root went in is the kernel's
+        for pid in self._seed_order():
+            tids = task_ids(pid)
+            self.tids0 += tids
+            for tid in tids:
+                leaf = threads.Leaf()
+                leaf.tgid = pid
+                leaf.tid = tid
+                leaf.last_ts = self.t0_ns
+                leaf.run = 2
+                threads[ct.c_uint(tid)] = leaf
+            self.bpf["targets"][ct.c_uint(pid)] = ct.c_uint(1)
         try:    # bounds how long a thread's operation change can wait for an event
             self.bpf.attach_perf_event(ev_type=self._bcc.PerfType.SOFTWARE,
                                        ev_config=self._bcc.PerfSWConfig.CPU_CLOCK,
@@ -122,6 +134,28 @@ class ProbeSet(MapAccess):
             self.notify("warn", f"no CPU-clock tick ({first_line(e)}): operation boundaries of threads "
                                 "that run long without a probe hit are applied late")
         return self.t0_ns
+
+    def _seed_order(self):
+        """The roots, each followed by its descendants (when following children)."""
+        for root in self.roots:
+            yield root
+            if self.children:
+                yield from descendants(root)
+
+    def pids(self) -> list[int]:
+        """The processes counted now: the roots and, with children, what the kernel added."""
+        if self.bpf is None:
+            return list(self.roots)
+        try:
+            return sorted({*self.roots, *(k.value for k in self.bpf["targets"].keys())})
+        except Exception:          # a map read during teardown
+            return list(self.roots)
+
+    @property
+    def probe_pid(self) -> int:
+        """The pid kernel probes filter on: 0 (every process mapping the library; the program
+        keeps the targets') when following a tree or several roots, else the one target."""
+        return 0 if self.children or len(self.roots) > 1 else self.pid
 
     def freeze(self) -> int:
         """Stop counting (probes stay attached but do nothing). Returns the freeze time."""
@@ -152,7 +186,11 @@ class ProbeSet(MapAccess):
     def scan(self) -> list[str]:
         """Attach probes to libraries mapped since the last scan. Returns new groups."""
         new_groups = []
-        paths = mapped_files(self.pid)
+        self._where = {}                      # path -> a process that maps it (for /proc/PID/root)
+        for pid in dict.fromkeys([*self.roots, *self._first, *self.pids()]):
+            for path in mapped_files(pid):
+                self._where.setdefault(path, pid)
+        paths = set(self._where)
         copies = self._copies.scan(paths, skip=self._named)   # libraries with a static copy (envpool's MuJoCo)
         # end-of-call probes first (as within a pair): a call already running when its begin
         # probe went in would otherwise hold the depth open for good
@@ -184,7 +222,7 @@ class ProbeSet(MapAccess):
             # without its end a wait bracket would stay open: time it not at all instead
             self.missing.setdefault(spec.group, []).append(f"{spec.symbol} (no wait end probe)")
             return False
-        root_path = path if os.path.exists(path) else f"/proc/{self.pid}/root{path}"
+        root_path = path if os.path.exists(path) else f"/proc/{self._where.get(path, self.pid)}/root{path}"
         try:
             spec = resolve_symbol(self._bcc, spec, root_path)
             offset = 0 if spec.kind == PAIR else self._entry_offset(root_path, spec.symbol)
@@ -253,11 +291,11 @@ class ProbeSet(MapAccess):
             if getattr(self, "multi", False):
                 self._link_part(a, part, fns)
             elif a.spec.kind == PAIR and part == "exit":
-                self.bpf.attach_uretprobe(name=a.root_path, sym=a.spec.symbol, fn_name=fns[1], pid=self.pid)
+                self.bpf.attach_uretprobe(name=a.root_path, sym=a.spec.symbol, fn_name=fns[1], pid=self._perf_pid())
                 a.parts[part] = ("uretprobe", 0)
             else:
                 off = 0 if a.spec.kind == PAIR else a.offset
-                self.bpf.attach_uprobe(name=a.root_path, sym=a.spec.symbol, sym_off=off, fn_name=fns[0], pid=self.pid)
+                self.bpf.attach_uprobe(name=a.root_path, sym=a.spec.symbol, sym_off=off, fn_name=fns[0], pid=self._perf_pid())
                 a.parts[part] = ("uprobe", off)
         except Exception as e:  # a missing symbol, or the library is gone
             self.notify("warn", f"{a.spec.group}: cannot probe {a.spec.label} in {os.path.basename(a.path)}: "
@@ -273,7 +311,10 @@ class ProbeSet(MapAccess):
                                 attach_type=uprobe_multi.BPF_TRACE_UPROBE_MULTI)
         file_off = self._file_offset(a.root_path, a.spec.symbol, off)
         cookie = a.id | (a.spec.category & 3) << 16
-        a.parts[part] = ("link", uprobe_multi.link(fn.fd, a.root_path, file_off, ret, self.pid, cookie))
+        a.parts[part] = ("link", uprobe_multi.link(fn.fd, a.root_path, file_off, ret, self.probe_pid, cookie))
+
+    def _perf_pid(self) -> int:
+        return self.probe_pid or -1          # bcc's perf-event uprobes: -1 is every process
 
     def _file_offset(self, path: str, symbol: str, off: int) -> int:
         """A symbol's file offset, resolved once: every re-timing window attaches again, and
@@ -292,9 +333,9 @@ class ProbeSet(MapAccess):
             if how == "link":
                 os.close(off)
             elif how == "uretprobe":
-                self.bpf.detach_uretprobe(name=a.root_path, sym=a.spec.symbol, pid=self.pid)
+                self.bpf.detach_uretprobe(name=a.root_path, sym=a.spec.symbol, pid=self._perf_pid())
             else:
-                self.bpf.detach_uprobe(name=a.root_path, sym=a.spec.symbol, sym_off=off, pid=self.pid)
+                self.bpf.detach_uprobe(name=a.root_path, sym=a.spec.symbol, sym_off=off, pid=self._perf_pid())
         except Exception as e:  # gone with the process already
             self.notify("warn", f"detach {a.spec.label}: {first_line(e)}")
         a.cost_ns = self._cost_now(a)

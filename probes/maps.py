@@ -55,6 +55,7 @@ class OpCounters:
     calls: list[int]
     oh: list[int]
     ticks: list[int] = dataclasses.field(default_factory=list)   # CPU-clock ticks by where (as a thread's)
+    pid: int = 0              # the process whose threads ran it (the kernel keeps one per process)
 
 
 def exec_ranges(pid: int) -> list[tuple[int, int, str]]:
@@ -138,8 +139,8 @@ class MapAccess:
 
     # -- operations ----------------------------------------------------------
     def ops(self) -> list[OpCounters]:
-        """Cumulative counters per operation id."""
-        return [OpCounters(op=k.value, ns=[[c.ns[2 * i], c.ns[2 * i + 1]] for i in range(4)],
+        """Cumulative counters per operation id and process."""
+        return [OpCounters(op=k.value & 0xFFFFFFFF, pid=k.value >> 32, ns=[[c.ns[2 * i], c.ns[2 * i + 1]] for i in range(4)],
                            trans=[[c.trans[4 * a + b] for b in range(4)] for a in range(4)],
                            calls=list(c.calls), oh=list(c.oh), ticks=list(c.ticks))
                 for k, c in self.bpf["opstat"].items()]
@@ -184,6 +185,15 @@ class MapAccess:
                     cur[0] += n
                     cur[1] += c
         return out
+
+    def forget_processes(self, pids: list[int]) -> None:
+        """Stop counting processes that are gone (their threads' exits were counted already):
+        the targets map has room for 256, and a pid may come back as another program."""
+        for pid in pids:
+            try:
+                del self.bpf["targets"][ct.c_uint(pid)]
+            except (KeyError, Exception):
+                pass
 
     def forget(self, tid: int) -> None:
         """Drop the state of an exited thread once it has been read: its counters and its
@@ -230,3 +240,21 @@ def task_ids(pid: int) -> list[int]:
         return [int(t) for t in os.listdir(f"/proc/{pid}/task")]
     except OSError:
         return []
+
+
+def descendants(pid: int) -> list[int]:
+    """A process's children, their children and so on, parents first (empty if it is gone)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop(0)
+        kids = []
+        for tid in task_ids(p):          # a child belongs to the thread that forked it
+            try:
+                with open(f"/proc/{p}/task/{tid}/children") as f:
+                    kids += [int(k) for k in f.read().split()]
+            except OSError:
+                pass
+        kids = [k for k in kids if k not in out]
+        out += kids
+        todo += kids
+    return out

@@ -36,8 +36,10 @@ def austin_path() -> str | None:
 class StackSampler:
     """Runs austin on one PID and keeps each thread's sampled operation."""
 
-    def __init__(self, pid: int, rules: list[Rule], hz: float, set_op: Callable[[int, int, int], None]):
+    def __init__(self, pid: int, rules: list[Rule], hz: float, set_op: Callable[[int, int, int], None],
+                 children: bool = False):
         self.pid, self.hz = pid, hz
+        self.children = children        # austin -C: the process's children too (tids are machine-wide)
         self.matcher = Matcher(rules)
         self.names = sorted({r.name for r in rules})
         self.ids = {n: SAMPLED_ID_BASE + i for i, n in enumerate(self.names)}
@@ -73,7 +75,8 @@ class StackSampler:
         # shorter than that would never be seen as current. stdbuf makes it line-buffered.
         line_buffered = [shutil.which("stdbuf"), "-oL"] if shutil.which("stdbuf") else []
         try:
-            self.proc = subprocess.Popen([*line_buffered, exe, "-P", "-i", f"{interval_us}us", "-p", str(self.pid)],
+            tree = ["-C"] if self.children else []
+            self.proc = subprocess.Popen([*line_buffered, exe, "-P", *tree, "-i", f"{interval_us}us", "-p", str(self.pid)],
                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
         except OSError as e:
             self.error = f"cannot run austin: {e}"
@@ -100,7 +103,7 @@ class StackSampler:
     def restarted(self, hz: float) -> "StackSampler":
         """A new austin at another rate that carries this one's state (same ids and counts)."""
         self.stop()
-        new = StackSampler(self.pid, [], hz, self._set_op)
+        new = StackSampler(self.pid, [], hz, self._set_op, self.children)
         new.matcher, new.names, new.ids = self.matcher, self.names, self.ids
         new._cur, new._samples, new.inclusive, new.nested = self._cur, self._samples, self.inclusive, self.nested
         new.total, new.invalid = self.total, self.invalid

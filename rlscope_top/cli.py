@@ -75,6 +75,14 @@ def _pid(text: str) -> int:
     return int(text)
 
 
+def _role(text: str) -> tuple[int, str]:
+    pid, _, name = text.partition("=")
+    name = name.strip()
+    if not _digits(pid) or int(pid) == 0 or not name or len(name) > 32 or not name.isprintable():
+        raise argparse.ArgumentTypeError(f"{text!r}: give PID=NAME, e.g. --role 4242=learner (NAME: up to 32 characters)")
+    return int(pid), name
+
+
 def _session_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--duration", type=_positive, metavar="S", help="stop after S seconds")
     p.add_argument("--summary", metavar="FILE", help="summary JSON path (default rlscope-top-<pid>-<time>.json)")
@@ -100,6 +108,12 @@ def _session_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ebpf", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--prometheus", metavar="[HOST:]PORT",
                    help="serve the live figures on http://HOST:PORT/metrics (default host 127.0.0.1)")
+    p.add_argument("--no-children", action="store_true",
+                   help="count PID alone (default: PID and every process it forked or spawned, now and later)")
+    p.add_argument("--pid", dest="more_pids", type=_pid, action="append", default=[], metavar="PID",
+                   help="also count another, unrelated process and its children (repeatable)")
+    p.add_argument("--role", type=_role, action="append", default=[], metavar="PID=NAME",
+                   help="name a process's role in the job (repeatable; default: guessed, e.g. main, env worker)")
     p.add_argument("-q", "--quiet", action="store_true", help="only warnings on stderr")
 
 
@@ -188,7 +202,8 @@ def _options(ns: argparse.Namespace, pid: int):
                    ring_path=ns.ring, keep_ring=ns.keep_ring or bool(ns.ring), sim_libs=ns.sim_lib,
                    max_probes=ns.max_probes, max_overhead_pct=ns.max_overhead, timeline=ns.timeline, quiet=ns.quiet,
                    op_rules=[op_rules.parse(r) for r in ns.op], sample_hz=ns.sample_hz, gpu=gpu,
-                   prometheus=_prometheus(ns.prometheus))
+                   prometheus=_prometheus(ns.prometheus), children=not ns.no_children,
+                   more_pids=tuple(ns.more_pids), roles=dict(ns.role))
 
 
 def _command(ns: argparse.Namespace) -> list[str]:

@@ -77,3 +77,23 @@ def write_ring(path: str, records: list[dict], capacity: int = 1 << 16, close: b
     if close:
         w.close()
     return path
+
+
+def tree_stream():
+    """A job of three processes: main 42 (stream()'s threads), env worker 50 (1009 simulator
+    calls, exited) and worker 60 (23 torch calls, named "learner" by the user)."""
+    out = stream()
+    ctr = out[3]
+    w50 = R.thread(tid=50, name="t50", python=True, exited=True, pid=50,
+                   ns=[[200 * MS, 300 * MS], [0, 0], [700 * MS, 0], [0, 0]], trans=_trans(py_sim=1009),
+                   calls=[0, 0, 1009, 0], oh=[0] * 4)
+    w60 = R.thread(tid=60, name="t60", python=True, exited=False, pid=60,
+                   ns=[[100 * MS, 0], [250 * MS, 0], [0, 0], [0, 0]], trans=_trans(py_be=23),
+                   calls=[0, 23, 0, 0], oh=[0] * 4)
+    procs = [R.process(pid=42, ppid=1, command="python train.py", python=True, exited=False, role=None),
+             R.process(pid=50, ppid=42, command="python -c from multiprocessing.spawn import spawn_main",
+                       python=True, exited=True, role=None),
+             R.process(pid=60, ppid=42, command="python learner.py", python=True, exited=False, role="learner")]
+    threads = [{**t, "pid": 42} for t in ctr["threads"]] + [w50, w60]
+    out[3] = R.counters(ctr["ts"], threads, ctr["hits"], procs=procs)
+    return out

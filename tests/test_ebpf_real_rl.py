@@ -68,6 +68,17 @@ def _attached_session(monitor, proc, steps) -> dict:
     return load_summary(summary)
 
 
+def _workers_simulate(s: dict, pid: int) -> None:
+    """Issue 13: the 4 SubprocVecEnv workers (forkserver's children) are followed with no
+    option, and their simulation time (gymnasium's step, sampled in each worker) appears."""
+    procs = {p["pid"]: p for p in s["processes"]}
+    workers = [p for p in procs.values() if p["ppid"] in procs and p["pid"] != pid and p["ppid"] != pid]
+    assert len(workers) == 4, [(p["pid"], p["ppid"], p["role"], p["command"][:60]) for p in procs.values()]
+    with_sim = [p for p in workers if (p["totals"]["simulator_s"] or 0) > 0]
+    assert len(with_sim) >= 3 and all(p["role"] == "env worker" for p in with_sim), workers
+    assert procs[pid]["role"] == "main"
+
+
 @pytest.mark.parametrize("key", sorted(PROGRAMS))
 def test_real_rl_program_gets_sane_bounded_numbers(ebpf, rl_installed, spawn, monitor, tmp_path, key):
     proc, steps = _start(spawn, tmp_path, key)
@@ -85,6 +96,8 @@ def test_real_rl_program_gets_sane_bounded_numbers(ebpf, rl_installed, spawn, mo
     assert 0 < sim["share"] < 1, sim
     assert s["totals"]["simulator_s"] > 0               # Python inside gymnasium's step counts as Simulator
     assert s["overhead"]["estimated_pct"] is not None and s["overhead"]["estimated_pct"] >= 0
+    if key == "zoo_subproc":
+        _workers_simulate(s, proc.pid)
 
     n = steps.now()                                     # the monitor left; the program trains on
     _wait_steps(steps, n + 101, proc)

@@ -8,6 +8,7 @@ from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
+from textual.css.query import NoMatches
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Footer, Static
 
@@ -24,6 +25,8 @@ SORTS = {  # per table: (label, key of the row's data); the first is the default
                 ("native", "native_s"), ("Backend", "backend_s"), ("TID", "tid")],
     "cats": [("stack order", None), ("time", "seconds")],
     "ops": [("wall", "wall_share"), ("calls/s", "calls_per_s"), ("trans/s", "transitions_per_s")],
+    "procs": [("on-CPU", "on_cpu_s"), ("Sim", "simulator_s"), ("Python", "python_s"), ("waiting", "waiting_s"),
+              ("PID", "pid")],
 }
 HELP = """[b]rlscope-top keys[/b]
 
@@ -32,6 +35,7 @@ HELP = """[b]rlscope-top keys[/b]
   s  write a snapshot summary now
   o  change the sort column of the focused table (tab moves focus)
   enter  details of the selected row
+  f  categories of the selected process / of the whole job again
   r  reset the counters shown (the summary keeps everything)
   g  time GPU kernels: inject the GPU agent (asks first; attach only)
   ?  this help
@@ -137,6 +141,8 @@ class RlscopeApp(App):
     #ops { height: auto; max-height: 10; }
     #cats { height: auto; }
     #threads { height: 1fr; }
+    #procs { height: auto; max-height: 7; display: none; }
+    #procs.show { display: block; }
     DataTable { scrollbar-size: 1 1; }
     HelpScreen, ConfirmScreen { align: center middle; }
     #help { width: 64; height: auto; border: round $accent; padding: 1 2; background: $surface; }
@@ -149,6 +155,7 @@ class RlscopeApp(App):
         Binding("s", "snapshot", "Snapshot"),
         Binding("o", "sort", "Sort"),
         Binding("r", "reset", "Reset"),
+        Binding("f", "scope", "Process"),
         Binding("g", "gpu", "GPU timing"),
         Binding("question_mark", "help", "Help"),
     ]
@@ -172,6 +179,7 @@ class RlscopeApp(App):
             yield Static(id="header")
             yield Static(id="banner")
             yield DataTable(id="ops", cursor_type="row", zebra_stripes=False)
+            yield DataTable(id="procs", cursor_type="row")
             yield DataTable(id="cats", cursor_type="row")
             yield Static(id="job")
             yield Static(id="gpu")
@@ -183,6 +191,8 @@ class RlscopeApp(App):
         self.title = "rlscope-top"
         self.query_one("#ops", DataTable).add_columns("operation", "source", "wall", "Python/Sim/Backend/CUDA",
                                                       "trans/s", "calls/s")
+        self.query_one("#procs", DataTable).add_columns("pid", "role", "command", "on-CPU", "Python", "Sim",
+                                                        "Backend", "waiting", "calls", "state")
         self.query_one("#cats", DataTable).add_columns("category", "time", "share", "history", "source")
         self.query_one("#threads", DataTable).add_columns("tid", "name", "kind", "on-CPU", "off-CPU", "Python",
                                                           "native", "Backend", "Sim", "CUDA")
@@ -197,6 +207,12 @@ class RlscopeApp(App):
     def refresh_view(self) -> None:
         """Read the ring and redraw (unless paused; the ring is still read)."""
         try:
+            self._refresh()
+        except NoMatches:     # a refresh due while the app tears its widgets down (on quit)
+            pass
+
+    def _refresh(self) -> None:
+        try:
             self.vm.poll()
         except Exception as e:  # a vanished or corrupt ring must not freeze the screen
             self._banner(f"cannot read the ring: {e}")
@@ -210,6 +226,7 @@ class RlscopeApp(App):
         self._header(snap)
         self._banner_for(snap)
         self._ops(snap)
+        self._procs(snap)
         self._cats(snap)
         self._threads(snap)
         self.query_one("#job", Static).update(Text(snap["job"]))
@@ -226,7 +243,10 @@ class RlscopeApp(App):
     def _header(self, s: dict) -> None:
         modes = ", ".join(f"{c} {m}" for c, m in s["modes"].items()) or "all exact"
         cmd = (s["command"] or "")[:60]
-        line1 = Text.assemble(("rlscope-top ", "bold"), f"pid {s['pid']}  ", (cmd, "italic"))
+        procs = s.get("processes") or []
+        job = f"+{len(procs) - 1} processes  " if len(procs) > 1 else ""
+        scope = f"  [categories: PID {s['scope']['pid']} {s['scope']['role']}]" if s.get("scope") else ""
+        line1 = Text.assemble(("rlscope-top ", "bold"), f"pid {s['pid']} {job} ", (cmd, "italic"), scope)
         line2 = (f"up {s['uptime_s']:.0f}s  probes: {', '.join(s['groups']) or 'none yet'}  modes: {modes}  "
                  f"overhead {s['overhead_pct']:.1f}% (now {s['overhead_now_pct']:.1f}%)"
                  f"{'' if s['calibrated'] else ' (uncalibrated)'}  "
@@ -263,6 +283,15 @@ class RlscopeApp(App):
                                      Text(spark(c["history"]), style=colour), c["source"])))
         _refill(self.query_one("#cats", DataTable), rows)
 
+    def _procs(self, s: dict) -> None:
+        """The job's processes (shown once there is more than the one attached to)."""
+        t = self.query_one("#procs", DataTable)
+        t.set_class(len(s["processes"]) > 1, "show")
+        _refill(t, [(str(p["pid"]), (str(p["pid"]), p["role"], (p["command"] or "")[-40:], _fmt_s(p["on_cpu_s"]),
+                                     _fmt_s(p["python_s"]), _fmt_s(p["simulator_s"]), _fmt_s(p["backend_s"]),
+                                     _fmt_s(p["waiting_s"]), f"{p['calls']:,}", "exited" if p["exited"] else "live"))
+                    for p in self._sorted("procs", s["processes"])])
+
     def _threads(self, s: dict) -> None:
         _refill(self.query_one("#threads", DataTable), [
             (str(r["tid"]), (str(r["tid"]), r["name"], _kind(r), _fmt_s(r["on_cpu_s"]),
@@ -276,7 +305,7 @@ class RlscopeApp(App):
             return rows
         if table == "ops":          # <all> stays on top
             return rows[:1] + sorted(rows[1:], key=lambda r: (r.get(key) or 0), reverse=True)
-        return sorted(rows, key=lambda r: (r.get(key) or 0), reverse=key != "tid")
+        return sorted(rows, key=lambda r: (r.get(key) or 0), reverse=key not in ("tid", "pid"))
 
     # -- keys --------------------------------------------------------------
     def action_quit_app(self) -> None:
@@ -309,7 +338,7 @@ class RlscopeApp(App):
         self.sort[focused] = (self.sort[focused] + 1) % len(SORTS[focused])
         self.notify(f"{focused} sorted by {SORTS[focused][self.sort[focused]][0]}")
         if self.last is not None:
-            {"ops": self._ops, "cats": self._cats, "threads": self._threads}[focused](self.last)
+            {"ops": self._ops, "cats": self._cats, "threads": self._threads, "procs": self._procs}[focused](self.last)
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         """Enter on a row: its details as a notice (operations and threads)."""
@@ -323,12 +352,30 @@ class RlscopeApp(App):
                 src = f" ({op['source']})" if op["source"] else ""
                 self.notify(f"{key}{src}: {parts}; {op['calls']:,} calls, {op['transitions']:,} transitions"
                             + _gpu_detail(op), title="operation")
+        elif table == "procs":
+            p = next((p for p in self.last["processes"] if str(p["pid"]) == key), None)
+            if p:
+                self.notify(f"PID {key} ({p['role']}) {p['command'][:80]}: " + ", ".join(
+                    f"{LABELS[c]} {_fmt_s(p[f'{c}_s'])}" for c in CATEGORIES)
+                    + f", waiting {_fmt_s(p['waiting_s'])}, {p['calls']:,} calls; f shows its categories",
+                    title="process")
         elif table == "threads":
             th = next((t for t in self.last["threads"] if str(t["tid"]) == key), None)
             if th:
                 self.notify(f"tid {key} {th['name']}: " + ", ".join(
                     f"{LABELS[c]} {_fmt_s(th[f'{c}_s'])}" for c in CATEGORIES),
                     title="thread")
+
+    def action_scope(self) -> None:
+        """Categories of the process selected in the processes table, or of the whole job again."""
+        t = self.query_one("#procs", DataTable)
+        pid = None
+        if self.last and len(self.last["processes"]) > 1 and t.row_count and 0 <= t.cursor_row < t.row_count:
+            pid = int(t.coordinate_to_cell_key(t.cursor_coordinate).row_key.value)
+        pid = None if pid == self.vm.scope else pid
+        self.vm.set_scope(pid)
+        self.notify("categories: the whole job" if pid is None else f"categories: PID {pid} only")
+        self.refresh_view()
 
     def action_reset(self) -> None:
         self.vm.reset()

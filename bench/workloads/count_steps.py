@@ -28,6 +28,27 @@ def counted(self, action):
 
 
 cartpole.CartPoleEnv.step = counted
+
+
+def _count_subproc_steps() -> None:
+    """SB3's SubprocVecEnv steps CartPole in worker processes this patch does not reach:
+    count there, in the parent, one step per worker per step_wait."""
+    try:
+        from stable_baselines3.common.vec_env import subproc_vec_env
+    except ImportError:
+        return
+    wait = subproc_vec_env.SubprocVecEnv.step_wait
+
+    def step_wait(self):
+        out = wait(self)
+        n[0] += len(self.remotes)
+        struct.pack_into("q", counter, 0, n[0])
+        return out
+
+    subproc_vec_env.SubprocVecEnv.step_wait = step_wait
+
+
+_count_subproc_steps()
 if rest[0] == "-m":
     sys.argv = [rest[1], *rest[2:]]
     runpy.run_module(rest[1], run_name="__main__", alter_sys=True)

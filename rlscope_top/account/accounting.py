@@ -49,6 +49,7 @@ class Accounting:
         self.cost: dict | None = None            # cost_meter readings: target system time, monitor CPU, idle
         self.event_drops = 0                     # events the kernel's buffer had no room for
         self.gpu = GpuView()                     # GPU records (rlscope_top/account/gpu_accounting.py)
+        self.procs: list[dict] = []              # the job's processes (``process`` records), newest
 
     def feed(self, records: list[dict]) -> None:
         """Apply records in ring order."""
@@ -71,6 +72,8 @@ class Accounting:
                     self.sampler = r["sampler"]
                 if "cost" in r:
                     self.cost = r["cost"]
+                if "procs" in r:
+                    self.procs = r["procs"]
                 self.event_drops = r.get("event_drops", self.event_drops)
             elif t == R.INTERVALS:
                 for tid, kind, name, t0, t1 in r["items"]:

@@ -19,6 +19,7 @@ from . import op_rules as rules
 from .budget import Budget
 from .cost_meter import CostMeter
 from .op_sources import OperationSources
+from .processes import Processes
 from .record_builder import META_PERIOD_S, RecordBuilder
 from .thread_fold import ExitedThreads, fold_all
 from .target import command_line
@@ -33,16 +34,19 @@ class Collector(OperationSources, BudgetLoop, RecordBuilder):
     def __init__(self, pid: int, ring: RingWriter, specs: list[catalog.ProbeSpec] | None = None,
                  notify: Callable[[str, str], None] | None = None, interval_s: float = 1.0,
                  max_probes: int = catalog.MAX_PROBES, max_overhead_pct: float = 5.0, timeline: bool = False,
-                 op_rules: list | None = None, sample_hz: float = 0.0, sources: list | None = None):
+                 op_rules: list | None = None, sample_hz: float = 0.0, sources: list | None = None,
+                 children: bool = True, roots: tuple[int, ...] = (), roles: dict[int, str] | None = None):
         self.pid, self.ring, self.interval_s = pid, ring, interval_s
         self.sources = list(sources or [])   # e.g. rlscope_top.collect.gpu_source.GpuSource: start/tick/drain/finish/stop
         self.specs = specs if specs is not None else catalog.builtin()
         self._notify = notify or (lambda level, msg: None)
-        self.probes = ProbeSet(pid, self.specs, max_probes=max_probes, notify=self.note, timeline=timeline)
+        self.probes = ProbeSet(pid, self.specs, max_probes=max_probes, notify=self.note, timeline=timeline,
+                               children=children, roots=roots)
+        self.processes = Processes(self.probes.roots, roles, self.note)
         self.command = command_line(pid)
         self._names: dict[int, str] = {}
         self._threads: dict[int, dict] = {}     # live threads' rows
-        self._exited = ExitedThreads()
+        self._exited = ExitedThreads(main_pid=pid)
         self._folded_note = False
         self._open: dict[int, list[tuple[str, int]]] = {}
         self._last_scan = self._last_meta = 0.0
@@ -117,6 +121,7 @@ class Collector(OperationSources, BudgetLoop, RecordBuilder):
             self.ring.write(self._meta())
         self._drain_events()
         self._check_sampler()
+        self.probes.forget_processes(self.processes.refresh(self.probes.pids()))
         ctr = self._counters()
         self._write_counters(ctr)
         for src in self.sources:
@@ -144,6 +149,7 @@ class Collector(OperationSources, BudgetLoop, RecordBuilder):
         for src in self.sources:          # e.g. the GPU agent's last buffers (a forced flush)
             src.drain()
         frozen = self.probes.freeze()
+        self.processes.refresh([])               # a process that ended just now ends in the summary
         self._stop_operations()
         self._drain_events()
         self._write_counters(self._counters(frozen))

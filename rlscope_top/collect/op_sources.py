@@ -38,7 +38,7 @@ class OperationSources:
         """Sample Python stacks for rule-based operations (the zero-change path)."""
         if not self.sample_hz:
             return
-        smp = StackSampler(self.pid, self.op_rules, self.sample_hz, self._sampled_op)
+        smp = StackSampler(self.pid, self.op_rules, self.sample_hz, self._sampled_op, children=self.probes.children)
         if not smp.start():
             self.note("warn", f"operations unavailable: {smp.error}; the category breakdown is unaffected")
             return

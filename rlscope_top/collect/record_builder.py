@@ -44,11 +44,11 @@ class RecordBuilder:
 
     def _counters(self, now: int | None = None) -> dict:
         now = now or time.monotonic_ns()
-        ops = {o.op: o for o in self.probes.ops()} if self.op_names or self.sampler else {}
+        per = {(o.pid, o.op): o for o in self.probes.ops()} if self.op_names or self.sampler else {}
         for tc in self.probes.threads():
-            if tc.tgid != self.pid:
+            if tc.tgid not in self.processes.known:     # a pid whose process the job no longer has
                 continue
-            rec = self._thread_record(tc, now, ops)
+            rec = self._thread_record(tc, now, per)
             self._aops[tc.tid] = tc.aop
             if tc.exited:                 # its last figures; the record stays bounded (thread_fold)
                 self.probes.forget(tc.tid)
@@ -60,8 +60,9 @@ class RecordBuilder:
                 self._exited.add(rec)
             else:
                 self._threads[tc.tid] = rec
+        ops = _job_ops(per)
         rec = R.counters(now, list(self._threads.values()) + self._exited.rows(), self.probes.hits(),
-                         self.budget.last_pct, ops=self._op_records(ops))
+                         self.budget.last_pct, ops=self._op_records(ops), procs=self.processes.records(per))
         if self.probes.timeline:
             rec["event_drops"] = self.probes.event_drops()
         cost = self.cost.read()
@@ -89,21 +90,22 @@ class RecordBuilder:
                                    samples_total=smp.total if sampled else None))
         return out
 
-    def _thread_record(self, tc: ThreadCounters, now: int, ops: dict[int, OpCounters]) -> dict:
+    def _thread_record(self, tc: ThreadCounters, now: int, ops: dict[tuple[int, int], OpCounters]) -> dict:
         ns = [list(x) for x in tc.ns]
         if not tc.exited and now > tc.last_ts:   # time since the thread's last event
             c = _innermost(tc.depth)
-            on = tc.run == 1 or (tc.run == 2 and thread_running(self.pid, tc.tid))
+            on = tc.run == 1 or (tc.run == 2 and thread_running(tc.tgid, tc.tid))
             ns[c][0 if on else 1] += now - tc.last_ts
             if c == catalog.CAT_BACKEND and tc.fw:     # the same time, to the open call's framework
                 tc.fw["ns"][tc.fw["cur"] % len(FW.SLOTS)][0 if on else 1] += now - tc.last_ts
-            op = self._op_of(tc.tid, tc.aop)
+            op = (tc.tgid, self._op_of(tc.tid, tc.aop))
             if op in ops:
                 ops[op].ns[c][0 if on else 1] += now - tc.last_ts
         if tc.tid not in self._names:
-            self._names[tc.tid] = thread_name(self.pid, tc.tid)
-        return R.thread(tid=tc.tid, name=self._names[tc.tid],
-                        python=tc.pyflag or tc.opflag or tc.tid == self.pid, exited=tc.exited,
+            self._names[tc.tid] = thread_name(tc.tgid, tc.tid)
+        return R.thread(tid=tc.tid, name=self._names[tc.tid], pid=tc.tgid,
+                        python=tc.pyflag or tc.opflag or self.processes.main_python(tc.tgid, tc.tid),
+                        exited=tc.exited,
                         ns=ns, trans=tc.trans, calls=tc.calls, oh=tc.oh,
                         fw={k: v for k, v in (tc.fw or {}).items() if k != "cur"} or None, ticks=tc.ticks,
                         switches=tc.switches, preempt_ns=tc.preempt_ns)
@@ -126,6 +128,24 @@ class RecordBuilder:
             self.ring.write(R.intervals(items))
         for i in range(0, len(timeline), 20000):     # keep each record well under the ring's size
             self.ring.write(R.events(timeline[i:i + 20000]))
+
+
+def _job_ops(per: dict[tuple[int, int], OpCounters]) -> dict[int, OpCounters]:
+    """Operation counters summed over the job's processes (the kernel keeps one per process)."""
+    out: dict[int, OpCounters] = {}
+    for (_, op), o in sorted(per.items()):
+        if op not in out:
+            out[op] = OpCounters(op=op, ns=[list(x) for x in o.ns], trans=[list(x) for x in o.trans],
+                                 calls=list(o.calls), oh=list(o.oh), ticks=list(o.ticks))
+            continue
+        j = out[op]
+        for i in range(len(j.ns)):
+            j.ns[i] = [j.ns[i][0] + o.ns[i][0], j.ns[i][1] + o.ns[i][1]]
+            j.calls[i] += o.calls[i]
+            j.oh[i] += o.oh[i]
+            j.trans[i] = [a + b for a, b in zip(j.trans[i], o.trans[i])]
+        j.ticks = [a + b for a, b in zip(j.ticks, o.ticks)]
+    return out
 
 
 def _innermost(depth: list[int]) -> int:

@@ -48,6 +48,9 @@ class Options:
     gpu: object = None          # GpuOptions (rlscope_top/collect/gpu_source.py); None: use an agent the target has
     on_attached: Callable[[], None] | None = None   # `run`: release the held command
     prometheus: tuple[str, int] | None = None       # --prometheus: (host, port) to serve /metrics on
+    children: bool = True                           # the process tree (--no-children: PID alone)
+    more_pids: tuple[int, ...] = ()                 # --pid: unrelated processes counted as well
+    roles: dict[int, str] = dataclasses.field(default_factory=dict)   # --role PID=NAME
 
 
 def specs_for(opts: Options) -> list[catalog.ProbeSpec]:
@@ -243,7 +246,8 @@ def _session(opts: Options, stop_reason: Callable[[], str | None], on_tick, read
             print(f"rlscope-top: {msg}", file=sys.stderr, flush=True)
 
     require_root()
-    check_target(opts.pid)
+    for pid in (opts.pid, *opts.more_pids):
+        check_target(pid)
     if opts.sim_libs:     # a misspelled --sim-lib symbol in a library mapped now: before the slow compile
         from ..commands.symbols_cmd import check_sim_libs  # noqa: PLC0415
 
@@ -258,7 +262,8 @@ def _session(opts: Options, stop_reason: Callable[[], str | None], on_tick, read
         collector = Collector(opts.pid, ring, specs_for(opts), notify=notify, interval_s=opts.interval_s,
                               max_probes=opts.max_probes, max_overhead_pct=opts.max_overhead_pct,
                               timeline=opts.timeline, op_rules=opts.op_rules, sample_hz=opts.sample_hz,
-                              sources=[GpuSource(opts.gpu)])
+                              sources=[GpuSource(opts.gpu)], children=opts.children,
+                              roots=(opts.pid, *opts.more_pids), roles=opts.roles)
         reader, acct = RingReader(ring.path), Accounting()
         if ready:                    # the screen opens now and says what is going on
             ring.write(R.note(time.monotonic_ns(), "status", ATTACHING))

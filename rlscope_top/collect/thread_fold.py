@@ -3,14 +3,21 @@
 A target that starts and ends thousands of short threads would otherwise grow the
 counters record (and the monitor's memory) for as long as it runs, until a record no
 longer fits in the ring. The newest exited threads stay as their own rows; older ones
-add into "(N exited threads)" rows, one for Python threads and one for the rest, so the
-totals stay the same.
+add into "(N exited threads)" rows, one for Python threads and one for the rest of each
+process, so the totals (the job's and each process's) stay the same.
 """
 
 from __future__ import annotations
 
 KEEP_EXITED = 16                          # newest exited threads kept as their own rows
-FOLD_TID = {True: -1, False: -2}          # the folded rows' tids: Python, other
+FOLD_TID = {True: -1, False: -2}          # the folded rows' tids: Python, other (the main process)
+
+
+def fold_tid(py: bool, pid: int | None, main_pid: int | None) -> int:
+    """A folded row's tid: FOLD_TID in the main process, a negative of its own in another."""
+    if pid is None or pid == main_pid:
+        return FOLD_TID[py]
+    return -(2 * pid + (1 if py else 2))
 
 
 def add_counts(a, b):
@@ -35,11 +42,12 @@ _SUMMED = ("ns", "trans", "calls", "oh", "fw", "ticks", "sw", "pre")
 class ExitedThreads:
     """The rows of exited threads: the newest few as they are, the rest folded."""
 
-    def __init__(self, keep: int = KEEP_EXITED):
+    def __init__(self, keep: int = KEEP_EXITED, main_pid: int | None = None):
         self.keep = keep
+        self.main_pid = main_pid
         self._recent: dict[int, dict] = {}       # tid -> record, oldest first
-        self._folded: dict[bool, dict] = {}
-        self._n: dict[bool, int] = {True: 0, False: 0}
+        self._folded: dict[tuple, dict] = {}     # (pid, python) -> row
+        self._n: dict[tuple, int] = {}
 
     def add(self, rec: dict) -> None:
         """Take the final record of a thread that exited."""
@@ -49,19 +57,22 @@ class ExitedThreads:
             self._fold(self._recent.pop(next(iter(self._recent))))
 
     def _fold(self, rec: dict) -> None:
-        py = bool(rec["py"])
-        self._n[py] += 1
-        row = self._folded.get(py)
+        py, pid = bool(rec["py"]), rec.get("pid")
+        key = (pid, py)
+        n = self._n[key] = self._n.get(key, 0) + 1
+        row = self._folded.get(key)
         if row is None:
             row = {k: v for k, v in rec.items() if k in _SUMMED}
-            row.update(tid=FOLD_TID[py], py=py, exited=True)
-            self._folded[py] = row
+            row.update(tid=fold_tid(py, pid, self.main_pid), py=py, exited=True)
+            if pid is not None:
+                row["pid"] = pid
+            self._folded[key] = row
         else:
             for k in _SUMMED:
                 if k in rec or k in row:
                     row[k] = add_counts(row.get(k), rec.get(k))
-        row["name"] = f"({self._n[py]} exited {'Python ' if py else ''}threads)"
-        row["folded"] = self._n[py]
+        row["name"] = f"({n} exited {'Python ' if py else ''}threads)"
+        row["folded"] = n
 
     def rows(self) -> list[dict]:
         """The rows to put in a counters record."""
@@ -74,7 +85,7 @@ class ExitedThreads:
 def fold_all(threads: list[dict], main_tid: int) -> list[dict]:
     """Degrade a record that does not fit: every thread but the main one in one row per kind."""
     keep = [t for t in threads if t["tid"] == main_tid]
-    rest = ExitedThreads(keep=0)
+    rest = ExitedThreads(keep=0, main_pid=main_tid)
     for t in threads:
         if t["tid"] != main_tid:
             rest.add(dict(t))

@@ -80,6 +80,7 @@ class SessionMetrics:
                 tr.add_metric([*ids, t], trans[t])
         yield tr
         yield from self._operations(doc, base, ids)
+        yield from self._processes(doc, base, ids)
         yield from self._gpu(tot, doc, base, ids)
         oh = GaugeMetricFamily("rlscope_overhead_ratio", "The session's self-reported cost to the process "
                                "(fraction of its wall time)", labels=base)
@@ -96,6 +97,23 @@ class SessionMetrics:
                 if v is not None:
                     fam.add_metric([*ids, name, c], v)
         yield fam
+
+    @staticmethod
+    def _processes(doc: dict, base: list, ids: list):
+        """Per process of the job (the session's own series are their sum)."""
+        labels = [*base, "process", "process_role", "category"]
+        secs = CounterMetricFamily("rlscope_process_category_seconds", "Seconds per category of one process "
+                                   "of the job", labels=labels)
+        ncalls = CounterMetricFamily("rlscope_process_calls", "Calls into a category by one process", labels=labels)
+        for p in doc.get("processes") or []:
+            who = [*ids, str(p["pid"]), p.get("role") or ""]
+            for c in CATEGORIES:
+                if (p.get("totals") or {}).get(f"{c}_s") is not None:
+                    secs.add_metric([*who, c], p["totals"][f"{c}_s"])
+                if (p.get("calls") or {}).get(c) is not None:
+                    ncalls.add_metric([*who, c], p["calls"][c])
+        yield secs
+        yield ncalls
 
     @staticmethod
     def _gpu(tot: dict, doc: dict, base: list, ids: list):

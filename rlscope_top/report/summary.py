@@ -12,6 +12,7 @@ from rich.table import Table
 
 from ..account import frameworks as FW
 from ..account import operations as O
+from ..account import processes as P
 from . import gpu_summary
 from ..account.accounting import Accounting
 from ..ring.records import seconds as _s
@@ -124,7 +125,8 @@ def _thread_row(acct: Accounting, th: dict, wall_s: float) -> dict:
     bracket is ``native_s``, with where the 250 Hz tick found it running (``where``) and the
     category that is most of it (``category``, sampled)."""
     f = _figures(acct, [th], wall_s)["totals"]
-    row = {"tid": th["tid"], "name": th["name"], "python_thread": th["py"], "exited": th["exited"],
+    row = {"tid": th["tid"], "pid": th.get("pid", acct.meta.get("pid")), "name": th["name"],
+           "python_thread": th["py"], "exited": th["exited"],
            **{k: v for k, v in f.items() if k not in ("wall_s", "gpu_s")}, "where": _where(th)}
     if not th["py"]:
         row["native_s"], row["python_s"] = row["python_s"], NA
@@ -164,6 +166,34 @@ def _job(acct: Accounting, all_threads: list[dict], main: dict) -> dict:
     n_py = sum(1 for th in all_threads if th["py"])
     return {"critical_path": crit, "cpu_s": {k: _s(v) for k, v in cpu.items()},
             "threads": {"python": n_py, "native": len(all_threads) - n_py}}
+
+
+def _processes(acct: Accounting, all_threads: list[dict], wall_s: float) -> list[dict]:
+    """Per process of the job: its command, role, totals, calls, transitions and the time its
+    Python threads waited off-CPU outside probed calls (on a worker, a pipe, a queue, a lock).
+    The job's totals are their sum; operations are the main process's (its annotations and
+    stack samples)."""
+    main_pid = acct.meta.get("pid")
+    procs = acct.procs or ([{"pid": main_pid, "ppid": 0, "cmd": acct.meta.get("cmd", ""), "python": True,
+                             "exited": False, "role": None}] if main_pid else [])
+    out = []
+    for p in procs:
+        mine = P.threads_of(all_threads, p["pid"], main_pid)
+        f = _figures(acct, [th for th in mine if th["py"]], wall_s, call_threads=mine)
+        job = _job(acct, mine, f)
+        totals = {k: v for k, v in f["totals"].items() if k != "gpu_s"}
+        ops = P.op_seconds(p.get("ops"), acct.ops)
+        moved = P.move_simulation_python(totals, ops)
+        waiting = job["critical_path"]["waiting_s"]
+        out.append({"pid": p["pid"], "ppid": p["ppid"], "command": p["cmd"],
+                    "role": P.guess_role(p, main_pid, f["calls"], moved[0] + moved[1]),
+                    "role_source": "user" if p.get("role") else "guessed",
+                    "python": p["python"], "exited": p["exited"], "threads": len(mine), "totals": totals,
+                    "waiting_s": None if waiting is None else _s(max(0.0, waiting - moved[1]) * 1e9),
+                    "simulation_python_s": _s(sum(moved) * 1e9),
+                    "operations": {n: _s(sum(sum(x) for x in o["ns"].values()) * 1e9) for n, o in ops.items()},
+                    "cpu_s": job["cpu_s"], "calls": f["calls"], "transitions": f["transitions"]})
+    return out
 
 
 def _corrected_ns(acct: Accounting, th: dict) -> list[list[float]]:
@@ -229,6 +259,7 @@ def build(acct: Accounting, *, ring_path: str = "", dropped: int = 0, detach_s: 
                        **per_op},
         "frameworks": FW.summarize(acct, [th for th in all_threads if th["py"]], main["totals"], main["calls"]),
         "threads": threads,
+        "processes": _processes(acct, all_threads, wall_s),
         "ranges": {n: {"count": r.count, "total_s": _s(r.total_ns)} for n, r in sorted(acct.ranges.items())},
         "probes": {"attached": {g: {"libs": libs,
                                     "probes": sum(2 if p["kind"] == "pair" else 1

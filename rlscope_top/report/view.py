@@ -46,6 +46,22 @@ def _job_line(s: dict) -> str:
             f"threads: {b}")
 
 
+def _shares(tot: dict) -> tuple[dict, float]:
+    """Each category's share of the categories' sum (0 while there is none), and the sum."""
+    whole = sum(tot[c] or 0.0 for c in CATEGORIES)
+    return {c: ((tot[c] or 0.0) / whole if whole else 0.0) for c in CATEGORIES}, whole
+
+
+def _process_row(p: dict) -> dict:
+    """One row of the processes table."""
+    t = p["totals"]
+    return {"pid": p["pid"], "role": p["role"], "command": p["command"], "exited": p["exited"],
+            "python": p["python"], "on_cpu_s": t.get("on_cpu_s"), "off_cpu_s": t.get("off_cpu_s"),
+            "waiting_s": p.get("waiting_s"), "native_cpu_s": (p.get("cpu_s") or {}).get("native"),
+            "calls": sum(v or 0 for v in p["calls"].values()),
+            **{f"{c}_s": t.get(f"{c}_s") for c in CATEGORIES}}
+
+
 class ViewModel:
     """Reads a ring and turns it into snapshots for display."""
 
@@ -57,6 +73,7 @@ class ViewModel:
         self._prev: tuple[float, dict] | None = None
         self._base: dict | None = None
         self.started = clock()
+        self.scope: int | None = None       # a process the categories panel shows (None: the job)
 
     def poll(self) -> None:
         """Read what the collector wrote since the last call."""
@@ -68,6 +85,14 @@ class ViewModel:
         self._prev = None
         for h in self.history.values():
             h.clear()
+
+    def set_scope(self, pid: int | None) -> None:
+        """Show one process's categories (None: the whole job); its history starts afresh."""
+        if pid != self.scope:
+            self.scope = pid
+            self._prev = None
+            for h in self.history.values():
+                h.clear()
 
     def summary(self) -> dict:
         """The full summary document as it stands."""
@@ -82,15 +107,19 @@ class ViewModel:
         return S.write_safely(self.summary(), path, self.acct.meta.get("pid", 0))
 
     def snapshot(self) -> dict:
-        """Everything the screen shows, for this refresh."""
+        """Everything the screen shows, for this refresh (categories: the scope's; the rest: the job's)."""
         s = self.summary()
+        procs = {p["pid"]: p for p in s.get("processes") or []}
+        if self.scope is not None and self.scope not in procs:
+            self.set_scope(None)
         tot = self._since_reset(s)
+        cat = tot if self.scope is None else self._since_reset(s, procs[self.scope])
         now = self.clock()
         rates = self._rates(now, tot)
-        cat_sum = sum(tot[c] or 0.0 for c in CATEGORIES)
-        shares = {c: ((tot[c] or 0.0) / cat_sum if cat_sum else 0.0) for c in CATEGORIES}
+        shares, cat_sum = _shares(tot)
+        cat_shares, _ = _shares(cat)
         for c in CATEGORIES:
-            self.history[c].append(100 * shares[c])
+            self.history[c].append(100 * cat_shares[c])
         meta = self.acct.meta
         return {
             "pid": s["pid"], "command": s["command"], "uptime_s": self.acct.duration_s,
@@ -100,13 +129,15 @@ class ViewModel:
             "overhead_pct": s["overhead"]["estimated_pct"] or 0.0, "overhead_now_pct": self.acct.live_overhead_pct,
             "dropped": self.reader.dropped,
             "end_reason": s["end_reason"], "ended": self.acct.end_reason is not None,
-            "categories": [{"name": c, "label": LABELS[c], "seconds": tot[c], "share": shares[c],
+            "categories": [{"name": c, "label": LABELS[c], "seconds": cat[c], "share": cat_shares[c],
                             "source": _source(s, c), "history": list(self.history[c])} for c in CATEGORIES],
             "job": _job_line(s),
             "operations": [{"name": ALL_OP, "source": "", "wall_share": 1.0 if cat_sum else 0.0,
                             "shares": shares, "transitions_per_s": rates["trans"], "calls_per_s": rates["calls"],
                             "transitions": tot["transitions"], "calls": tot["calls"]}] + self._ops(s),
             "threads": s["threads"],
+            "processes": [_process_row(p) for p in procs.values()],
+            "scope": None if self.scope is None else {"pid": self.scope, "role": procs[self.scope]["role"]},
             "gpu": {"available": s["totals"]["gpu_s"] is not None, "lines": gpu_summary.lines(s)},
             "warnings": [self._when(n) + n["msg"] for n in self.acct.notes if n["level"] in ("warn", "error")],
             "notes": [n["msg"] for n in self.acct.notes],
@@ -149,12 +180,16 @@ class ViewModel:
                 # GPU figures cover the whole session: GPU records arrive late, a reset does not split them
                 "gpu_s": op.get("gpu_s"), "overlap_s": op.get("overlap_s"), "gpu": op.get("gpu")}
 
-    def _since_reset(self, s: dict) -> dict:
+    def _since_reset(self, s: dict, proc: dict | None = None) -> dict:
+        """The job's (or one process's) figures since the last reset."""
         b = self._base
+        if proc is not None:       # one process: the same figures from its entry
+            s = proc
+            b = next((p for p in (b or {}).get("processes") or [] if p["pid"] == proc["pid"]), None)
         out = {}
         for c in CATEGORIES:
             v = s["totals"][f"{c}_s"]
-            out[c] = None if v is None else v - ((b["totals"][f"{c}_s"] or 0.0) if b else 0.0)
+            out[c] = None if v is None else v - (((b["totals"].get(f"{c}_s") or 0.0)) if b else 0.0)
         out["calls"] = sum(v or 0 for v in s["calls"].values()) - (sum(v or 0 for v in b["calls"].values()) if b else 0)
         out["transitions"] = sum(v or 0 for v in s["transitions"].values()) - (
             sum(v or 0 for v in b["transitions"].values()) if b else 0)

@@ -29,8 +29,8 @@ def meta(*, pid: int, command: str, t0_ns: int, wall0: float, interval_s: float,
 
 def thread(*, tid: int, name: str, python: bool, exited: bool, ns: list, trans: list, calls: list,
            oh: list, fw: dict | None = None, ticks: list | None = None, switches: int | None = None,
-           preempt_ns: int | None = None) -> dict:
-    """Cumulative counters of one thread since attach.
+           preempt_ns: int | None = None, pid: int | None = None) -> dict:
+    """Cumulative counters of one thread since attach (``pid``: its process).
 
     ``ns[c] = [on_cpu, off_cpu]`` for categories python, backend, simulator, cuda_api;
     ``trans[a][b]`` counts entries into b from a; ``calls[c]`` outermost entries;
@@ -45,6 +45,8 @@ def thread(*, tid: int, name: str, python: bool, exited: bool, ns: list, trans: 
     """
     rec = {"tid": tid, "name": name, "py": python, "exited": exited, "ns": ns, "trans": trans,
            "calls": calls, "oh": oh}
+    if pid is not None:
+        rec["pid"] = pid
     if fw is not None:
         rec["fw"] = fw
     if ticks is not None:
@@ -57,11 +59,25 @@ def thread(*, tid: int, name: str, python: bool, exited: bool, ns: list, trans: 
 
 
 def counters(ts: int, threads: list[dict], hits: list[int], overhead_pct: float = 0.0,
-             ops: list[dict] | None = None) -> dict:
+             ops: list[dict] | None = None, procs: list[dict] | None = None) -> dict:
     """All threads' cumulative counters, per-probe hit counts, and the live overhead
     estimate (% of one thread's time over the budget's last window) at ``ts``;
-    ``ops``: cumulative counters per operation (absent when the target has none)."""
+    ``ops``: cumulative counters per operation (absent when the target has none);
+    ``procs``: the processes counted (``process`` records), when there is more than one."""
     r = {"t": COUNTERS, "ts": ts, "threads": threads, "hits": hits, "oh_pct": overhead_pct}
+    if ops:
+        r["ops"] = ops
+    if procs:
+        r["procs"] = procs
+    return r
+
+
+def process(*, pid: int, ppid: int, command: str, python: bool, exited: bool, role: str | None,
+            ops: list[dict] | None = None) -> dict:
+    """One process of the job: ``role`` is the user's (``--role PID=NAME``) or None (guessed
+    by the accounting); ``python``: it runs a Python interpreter (its main thread is Python's);
+    ``ops``: its share of the operations, ``[{id, ns, oh, calls}]`` (the ``ops`` layout)."""
+    r = {"pid": pid, "ppid": ppid, "cmd": command, "python": python, "exited": exited, "role": role}
     if ops:
         r["ops"] = ops
     return r

@@ -102,9 +102,21 @@ class Proc:
         return self.p.returncode
 
     def kill(self) -> None:
+        """Kill it and whatever it forked or spawned (a target's workers too)."""
+        import psutil  # noqa: PLC0415
+
+        try:
+            kids = psutil.Process(self.p.pid).children(recursive=True)
+        except psutil.Error:
+            kids = []
         if self.p.poll() is None:
             self.p.kill()
             self.p.wait()
+        for k in kids:
+            try:
+                k.kill()
+            except psutil.Error:
+                pass
 
     @property
     def stderr_text(self) -> str:

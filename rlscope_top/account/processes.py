@@ -1,0 +1,78 @@
+"""The job's processes: which threads are whose, their operations, a guess at their role."""
+
+from __future__ import annotations
+
+from ..vocab import CATEGORIES
+
+ROLE_MAIN = "main"
+
+
+def threads_of(threads: list[dict], pid: int, main_pid: int | None) -> list[dict]:
+    """A process's thread rows (a row without ``pid`` is the main process's: older rings)."""
+    return [th for th in threads if th.get("pid", main_pid) == pid]
+
+
+def op_seconds(mine: list[dict] | None, job_ops: dict[int, dict]) -> dict[str, dict]:
+    """A process's share of the operations: ``{name: {"kind", "ns": {category: [on, off]}}}`` in
+    seconds, the probes' calibrated cost taken out of on-CPU time (as the job's rows have it).
+
+    Args:
+        mine: the process record's ``ops`` (``[{id, ns, oh, calls}]``).
+        job_ops: the accounting's operation records by id (their names and kinds).
+    """
+    out: dict[str, dict] = {}
+    for o in mine or ():
+        job = job_ops.get(o["id"]) or {}
+        name = job.get("name", f"op#{o['id']}")
+        ns = {c: [max(0, o["ns"][i][0] - o["oh"][i]) / 1e9, o["ns"][i][1] / 1e9] for i, c in enumerate(CATEGORIES)}
+        out[name] = {"kind": job.get("kind", ""), "ns": ns}
+    return out
+
+
+def move_simulation_python(totals: dict, ops: dict[str, dict]) -> tuple[float, float]:
+    """Python time inside a process's simulation operations counts as Simulator, as in the
+    job's totals (operations.simulation_python_ns). Changes ``totals`` in place.
+
+    Returns:
+        the [on, off]-CPU seconds moved.
+    """
+    on = sum(o["ns"]["python"][0] for o in ops.values() if o["kind"] == "simulation")
+    off = sum(o["ns"]["python"][1] for o in ops.values() if o["kind"] == "simulation")
+    py = totals.get("python_s") or 0.0
+    if not (on or off) or not py:
+        return 0.0, 0.0
+    f = min(1.0, py / (on + off))
+    on, off = on * f, off * f
+    totals["python_s"] = round(py - on - off, 6)
+    totals["simulator_s"] = round((totals.get("simulator_s") or 0.0) + on + off, 6)
+    return on, off
+
+
+def guess_role(proc: dict, main_pid: int | None, calls: dict, simulation_s: float = 0.0) -> str:
+    """What a process is to the job, from what the monitor can see of it.
+
+    A worker forked by multiprocessing's forkserver keeps the forkserver's command line: what
+    it calls tells them apart.
+
+    Args:
+        proc: its ``process`` record (``cmd``, ``python``, ``role``: the user's, or None).
+        main_pid: the PID rlscope-top was attached to.
+        calls: its calls per category (None where nothing is probed).
+        simulation_s: its time in simulation operations (sampled stacks: gymnasium's step...).
+    """
+    if proc.get("role"):
+        return proc["role"]
+    cmd = proc.get("cmd") or ""
+    if proc["pid"] == main_pid:
+        return ROLE_MAIN
+    if calls.get("simulator") or simulation_s > 0:
+        return "env worker"
+    if any(calls.values()):
+        return "worker"
+    if "multiprocessing.forkserver" in cmd:
+        return "forkserver"
+    if "multiprocessing.resource_tracker" in cmd:
+        return "resource tracker"
+    if not proc.get("python", True):
+        return "native"
+    return "worker"

@@ -1,0 +1,107 @@
+"""The processes of the job: the target, what it forked or spawned, and any other --pid.
+
+The kernel adds a target's new processes to its targets map at fork (probes/bpf_program.c,
+task_newtask); this keeps what the monitor knows of each: its command, whether it runs
+Python, whether it is gone, the user's role for it. A process that exits keeps its final
+figures: its threads' last counters stay in the ring's counters record.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from typing import Callable
+
+from ..ring import records as R
+from .target import command_line, is_alive
+
+REREAD_S = 1.0          # a live process's command is read again this often (a fork may exec)
+_PYTHON_EXE = re.compile(r"^python(\d+(\.\d+)?)?t?$")
+
+
+class Processes:
+    """What the monitor knows of the job's processes (``pids`` come from the probe set)."""
+
+    def __init__(self, roots: tuple[int, ...], roles: dict[int, str] | None = None,
+                 note: Callable[[str, str], None] | None = None):
+        self.roots = roots
+        self.roles = dict(roles or {})
+        self._note = note or (lambda level, msg: None)
+        self.info: dict[int, dict] = {}
+        self._read_at: dict[int, float] = {}
+        self._said: set[int] = set()
+        for pid in roots:
+            self._read(pid)
+
+    @property
+    def known(self) -> dict[int, dict]:
+        """pid -> what is known of it (every process ever counted, the exited ones too)."""
+        return self.info
+
+    def refresh(self, pids: list[int]) -> list[int]:
+        """Take the probe set's processes now. Returns the ones that are gone since last time
+        (the caller stops the kernel counting them)."""
+        now = time.monotonic()
+        gone = []
+        for pid in pids:
+            if pid not in self.info or (not self.info[pid]["exited"] and now - self._read_at[pid] >= REREAD_S):
+                self._read(pid)
+        for pid, p in self.info.items():
+            if not p["exited"] and not is_alive(pid):
+                p["exited"] = True
+                gone.append(pid)
+        return [g for g in gone if g not in self.roots]
+
+    def _read(self, pid: int) -> None:
+        first = pid not in self.info
+        p = self.info.setdefault(pid, {"ppid": _ppid(pid), "cmd": "", "python": True, "exited": False})
+        self._read_at[pid] = time.monotonic()
+        cmd = command_line(pid)
+        if cmd:
+            p["cmd"] = cmd
+            p["python"] = pid in self.roots or _runs_python(pid)
+        if first and pid not in self.roots and p["cmd"]:
+            self._note("info", f"following PID {pid} ({_short(p['cmd'])}), child of {p['ppid']}")
+        if not p["python"] and pid not in self._said and p["cmd"]:
+            self._said.add(pid)
+            self._note("info", f"PID {pid} ({_short(p['cmd'])}) does not run Python: its threads count as "
+                               "on/off-CPU native time only")
+
+    def main_python(self, pid: int, tid: int) -> bool:
+        """Whether a thread is a process's main Python thread (a root's main thread always is)."""
+        if tid != pid:
+            return False
+        return pid in self.roots or self.info.get(pid, {}).get("python", False)
+
+    def records(self, ops: dict | None = None) -> list[dict]:
+        """The ``process`` records of every process counted so far, each with its operations'
+        counters from ``ops`` ({(pid, op id): OpCounters}, the kernel's per-process ones)."""
+        mine: dict[int, list] = {}
+        for (pid, op), o in sorted((ops or {}).items()):
+            mine.setdefault(pid, []).append({"id": op, "ns": o.ns, "oh": o.oh, "calls": o.calls})
+        return [R.process(pid=pid, ppid=p["ppid"], command=p["cmd"], python=p["python"], exited=p["exited"],
+                          role=self.roles.get(pid), ops=mine.get(pid)) for pid, p in sorted(self.info.items())]
+
+
+def _ppid(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _runs_python(pid: int) -> bool:
+    """A CPython interpreter: its executable is pythonX[.Y], or it maps libpython."""
+    try:
+        if _PYTHON_EXE.match(os.path.basename(os.readlink(f"/proc/{pid}/exe"))):
+            return True
+        with open(f"/proc/{pid}/maps") as f:
+            return any("libpython" in line for line in f)
+    except OSError:
+        return False
+
+
+def _short(cmd: str, n: int = 60) -> str:
+    return cmd if len(cmd) <= n else cmd[:n - 3] + "..."

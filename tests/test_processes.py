@@ -1,0 +1,126 @@
+"""Issue 13 (2): job-level figures on a recorded three-process ring: per-process entries that
+add up to the job, guessed and given roles, an exited process that keeps its figures; the
+screen's processes table, its details and the categories of one process; the per-process
+Prometheus series."""
+
+from __future__ import annotations
+
+import pytest
+
+from rlscope_top.account.accounting import Accounting
+from rlscope_top.account.processes import guess_role
+from rlscope_top.report import summary as S
+from rlscope_top.ring.ring import RingReader
+from rlscope_top.tui.app import RlscopeApp
+from streams import stream, tree_stream, write_ring
+
+FROZEN = lambda: 1000.0  # noqa: E731
+
+
+def _summary(records) -> dict:
+    acct = Accounting()
+    acct.feed(records)
+    return S.build(acct)
+
+
+def test_processes_add_up_to_the_job():
+    s = _summary(tree_stream())
+    procs = {p["pid"]: p for p in s["processes"]}
+    assert set(procs) == {42, 50, 60}
+    assert s["calls"]["simulator"] == 23 + 1009 == sum(p["calls"]["simulator"] for p in procs.values())
+    assert s["transitions"]["python->backend"] == 1009 + 23
+    assert procs[50]["calls"]["simulator"] == 1009 and procs[50]["totals"]["simulator_s"] == pytest.approx(0.7)
+    assert procs[50]["exited"] and procs[50]["role"] == "env worker" and procs[50]["role_source"] == "guessed"
+    assert procs[60]["role"] == "learner" and procs[60]["role_source"] == "user"
+    assert procs[42]["role"] == "main"
+    for c in ("python", "backend", "simulator"):
+        assert s["totals"][f"{c}_s"] == pytest.approx(sum(p["totals"][f"{c}_s"] for p in procs.values()), abs=1e-5)
+    # worker 50 blocked 0.3 s off-CPU in Python outside any probed call: waiting
+    assert procs[50]["waiting_s"] == pytest.approx(0.3)
+    assert {th["pid"] for th in s["threads"]} == {42, 50, 60}
+
+
+def test_a_single_process_ring_has_one_entry():
+    s = _summary(stream())          # no `procs` in its records (one process, or an older writer)
+    assert [(p["pid"], p["role"]) for p in s["processes"]] == [(42, "main")]
+    assert s["processes"][0]["calls"] == s["calls"]
+
+
+FS = "python -c from multiprocessing.forkserver import main"
+
+
+@pytest.mark.parametrize("cmd, python, calls, want", [
+    (FS, True, {"simulator": 0, "backend": 0}, "forkserver"),
+    (FS, True, {"simulator": 1009, "backend": 5}, "env worker"),      # forked by the forkserver
+    (FS, True, {"simulator": 0, "backend": 23}, "worker"),
+    ("python -c from multiprocessing.resource_tracker import main", True, {}, "resource tracker"),
+    ("/bin/sh -c make", False, {"simulator": None}, "native"),
+    ("python worker.py", True, {"simulator": 5}, "env worker"),
+    ("python worker.py", True, {"simulator": 0, "cuda_api": None}, "worker"),
+])
+def test_role_guesses(cmd, python, calls, want):
+    assert guess_role({"pid": 7, "cmd": cmd, "python": python, "role": None}, 1, calls) == want
+
+
+def _cells(app, table_id):
+    t = app.query_one(table_id)
+    return [[str(c) for c in t.get_row_at(i)] for i in range(t.row_count)]
+
+
+@pytest.mark.anyio
+async def test_processes_table_details_and_one_process_categories(tmp_path):
+    ring = write_ring(str(tmp_path / "tree.bin"), tree_stream())
+    app = RlscopeApp(ring, str(tmp_path / "s.json"), clock=FROZEN)
+    async with app.run_test(size=(140, 48), notifications=True) as pilot:
+        await pilot.pause()
+        t = app.query_one("#procs")
+        assert t.has_class("show")
+        rows = _cells(app, "#procs")
+        assert [r[0] for r in rows] == ["42", "50", "60"]              # on-CPU: 1.2+, 0.9, 0.35
+        assert rows[1][1] == "env worker" and rows[1][9] == "exited" and rows[2][1] == "learner"
+        assert "+2 processes" in str(app.query_one("#header").render())
+        t.focus()
+        await pilot.press("o")                                          # by simulator time
+        await pilot.pause()
+        assert _cells(app, "#procs")[0][0] == "50"
+        await pilot.press("up")                                         # the cursor stayed on 42
+        await pilot.press("enter")
+        await pilot.pause()
+        assert any("PID 50 (env worker)" in n and "1,009 calls" in n for n in app.notices()), app.notices()
+        await pilot.press("f")                                          # its categories alone
+        await pilot.pause()
+        cats = {row[0][2:]: row for row in _cells(app, "#cats")}
+        assert cats["Simulator"][1] == "0.70s" and cats["Backend"][1] == "0.00s", cats
+        assert "categories: PID 50" in str(app.query_one("#header").render())
+        await pilot.press("f")                                          # the whole job again
+        await pilot.pause()
+        cats = {row[0][2:]: row for row in _cells(app, "#cats")}
+        assert cats["Simulator"][1] == "1.10s", cats
+
+
+@pytest.mark.anyio
+async def test_one_process_hides_the_processes_table(tmp_path):
+    ring = write_ring(str(tmp_path / "one.bin"), stream())
+    app = RlscopeApp(ring, str(tmp_path / "s.json"), clock=FROZEN)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        assert not app.query_one("#procs").has_class("show")
+        await pilot.press("f")                      # nothing to choose: the job stays
+        await pilot.pause()
+        assert app.vm.scope is None
+
+
+def test_prometheus_has_per_process_series(tmp_path):
+    from prometheus_client import CollectorRegistry, generate_latest  # noqa: PLC0415
+    from rlscope_top.report.prometheus import SessionMetrics  # noqa: PLC0415
+
+    m = SessionMetrics()
+    m.publish(_summary(tree_stream()))
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(m)
+    text = generate_latest(reg).decode()
+    assert 'rlscope_process_calls_total{category="simulator",host=' in text
+    line = next(x for x in text.splitlines() if x.startswith("rlscope_process_calls_total")
+                and 'process="50"' in x and 'category="simulator"' in x)
+    assert line.endswith(" 1009.0") and 'process_role="env worker"' in line
+    assert RingReader  # the ring module stays importable beside prometheus_client
