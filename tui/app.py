@@ -96,6 +96,13 @@ def _kind(row: dict) -> str:
     return "native" if cat == "native" else f"native:{LABELS.get(cat, cat)}"
 
 
+def _short_cmd(cmd: str, n: int = 40) -> str:
+    """A command line's start, its program without the directory (`python -B -c from ...`)."""
+    prog, _, rest = (cmd or "").partition(" ")
+    text = f"{prog.rsplit('/', 1)[-1]} {rest}".strip()
+    return text if len(text) <= n else text[:n - 1] + "…"
+
+
 def _rate(v) -> str:
     return "-" if v is None else f"{v:,.0f}"
 
@@ -245,8 +252,8 @@ class RlscopeApp(App):
         cmd = (s["command"] or "")[:60]
         procs = s.get("processes") or []
         job = f"+{len(procs) - 1} processes  " if len(procs) > 1 else ""
-        scope = f"  [categories: PID {s['scope']['pid']} {s['scope']['role']}]" if s.get("scope") else ""
-        line1 = Text.assemble(("rlscope-top ", "bold"), f"pid {s['pid']} {job} ", (cmd, "italic"), scope)
+        scope = f"[categories: PID {s['scope']['pid']} {s['scope']['role']}]  " if s.get("scope") else ""
+        line1 = Text.assemble(("rlscope-top ", "bold"), f"pid {s['pid']} {job} ", (scope, "bold"), (cmd, "italic"))
         line2 = (f"up {s['uptime_s']:.0f}s  probes: {', '.join(s['groups']) or 'none yet'}  modes: {modes}  "
                  f"overhead {s['overhead_pct']:.1f}% (now {s['overhead_now_pct']:.1f}%)"
                  f"{'' if s['calibrated'] else ' (uncalibrated)'}  "
@@ -287,7 +294,7 @@ class RlscopeApp(App):
         """The job's processes (shown once there is more than the one attached to)."""
         t = self.query_one("#procs", DataTable)
         t.set_class(len(s["processes"]) > 1, "show")
-        _refill(t, [(str(p["pid"]), (str(p["pid"]), p["role"], (p["command"] or "")[-40:], _fmt_s(p["on_cpu_s"]),
+        _refill(t, [(str(p["pid"]), (str(p["pid"]), p["role"], _short_cmd(p["command"]), _fmt_s(p["on_cpu_s"]),
                                      _fmt_s(p["python_s"]), _fmt_s(p["simulator_s"]), _fmt_s(p["backend_s"]),
                                      _fmt_s(p["waiting_s"]), f"{p['calls']:,}", "exited" if p["exited"] else "live"))
                     for p in self._sorted("procs", s["processes"])])
@@ -370,8 +377,12 @@ class RlscopeApp(App):
         """Categories of the process selected in the processes table, or of the whole job again."""
         t = self.query_one("#procs", DataTable)
         pid = None
-        if self.last and len(self.last["processes"]) > 1 and t.row_count and 0 <= t.cursor_row < t.row_count:
+        if self.focused is t and t.row_count and 0 <= t.cursor_row < t.row_count:
             pid = int(t.coordinate_to_cell_key(t.cursor_coordinate).row_key.value)
+        elif self.vm.scope is None:
+            if self.last and len(self.last["processes"]) > 1:
+                self.notify("select a process in the processes table first (tab moves focus), then f")
+            return
         pid = None if pid == self.vm.scope else pid
         self.vm.set_scope(pid)
         self.notify("categories: the whole job" if pid is None else f"categories: PID {pid} only")
