@@ -12,6 +12,7 @@ from support import load_summary
 
 pytestmark = pytest.mark.ebpf
 CYCLES, INFER, TRAIN = 101, 7, 5     # primes: counts that cannot come out right by accident
+SIZE = 192      # ~0.45 ms matmuls: a few us of per-call correction error is ~1 pp, not 4 (CI, 128)
 OPS = ("rollout", "simulation", "inference", "train")
 
 
@@ -41,7 +42,7 @@ def _truth(items: list) -> dict:
 def annotated_run(ebpf, target, monitor, tmp_path, simlib, calibration_file):
     go, done, truth = tmp_path / "go", tmp_path / "done", tmp_path / "truth.json"
     t = target("annotated_ops.py", simlib, go, done, truth, "--cycles", CYCLES, "--infer", INFER,
-               "--train", TRAIN)
+               "--train", TRAIN, "--size", SIZE)
     m, summary = monitor(t.pid, "--sim-lib", f"{simlib}:sim_step", "--max-overhead", "100",
                          env={"RLSCOPE_CALIBRATION": calibration_file})
     go.touch()
@@ -55,7 +56,8 @@ def annotated_run(ebpf, target, monitor, tmp_path, simlib, calibration_file):
 
 def test_annotated_operations(annotated_run):
     """Transitions per operation exact; time shares within 3 pp, category shares within 4 pp
-    (3 pp on the Intel VMs; 3.4 pp once in CI on the noisy AMD EPYC VM, docs/accuracy.md)."""
+    (3 pp on the Intel VMs; 4.03 pp once in CI on the noisy AMD EPYC VM with 128x128 matmuls,
+    hence 192x192 now: docs/accuracy.md)."""
     s, truth, m = annotated_run
     ops = s["operations"]
     assert "is annotated" in m.stderr_text
