@@ -48,6 +48,13 @@ def test_no_such_pid(ebpf):
     assert_clean_error(run_cli("attach", str(_free_pid())), E.EXIT_NO_SUCH_PROCESS, "no process with PID")
 
 
+def test_no_such_extra_pid(ebpf, target):
+    t = target("idle.py")
+    assert_clean_error(run_cli("attach", str(t.pid), "--pid", str(_free_pid())), E.EXIT_NO_SUCH_PROCESS,
+                       "no process with PID")
+    assert t.p.poll() is None
+
+
 def test_attach_to_self(ebpf):
     p = subprocess.run(["sh", "-c", f'exec {" ".join(CLI)} attach $$'], capture_output=True, text=True,
                        cwd=str(REPO), timeout=60)
@@ -116,6 +123,10 @@ def test_target_without_known_libraries_still_gets_python_time(ebpf, target, tmp
     (["attach", "1", "--summary", "/nonexistent/dir/s.json"], "cannot write the summary to /nonexistent/dir"),
     (["attach", "1", "--summary", "/tmp"], "it is a directory"),
     (["attach", "1", "--max-overhead", "inf"], "is not a number"),
+    (["attach", "1", "--role", "learner"], "give PID=NAME"),
+    (["attach", "1", "--role", "12="], "give PID=NAME"),
+    (["attach", "1", "--role", "x=actor"], "give PID=NAME"),
+    (["attach", "1", "--pid", "0"], "is not a PID"),
 ])
 def test_usage_errors_exit_2(args, words):
     p = run_cli(*args)
