@@ -92,7 +92,8 @@ def tree_stream():
                    calls=[0, 23, 0, 0], oh=[0] * 4)
     procs = [R.process(pid=42, ppid=1, command="python train.py", python=True, exited=False, role=None),
              R.process(pid=50, ppid=42, command="python -c from multiprocessing.spawn import spawn_main",
-                       python=True, exited=True, role=None),
+                       python=True, exited=True, role=None,
+                       waits=[["socket", 42, 3], ["a lock or the GIL (futex)", 0, 1]]),
              R.process(pid=60, ppid=42, command="python learner.py", python=True, exited=False, role="learner")]
     threads = [{**t, "pid": 42} for t in ctr["threads"]] + [w50, w60]
     out[3] = R.counters(ctr["ts"], threads, ctr["hits"], procs=procs)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from rlscope_top.account.accounting import Accounting
-from rlscope_top.account.processes import guess_role
+from rlscope_top.account.processes import guess_role, waits_for
 from rlscope_top.report import summary as S
 from rlscope_top.ring.ring import RingReader
 from rlscope_top.tui.app import RlscopeApp
@@ -62,6 +62,23 @@ def test_role_guesses(cmd, python, calls, want):
     assert guess_role({"pid": 7, "cmd": cmd, "python": python, "role": None}, 1, calls) == want
 
 
+def test_role_guesses_from_operations_and_parent():
+    proc = {"pid": 7, "cmd": FS, "python": True, "role": None}
+    assert guess_role(proc, 1, {}, parent_cmd=FS) == "worker"      # an idle child of the forkserver
+    assert guess_role(proc, 1, {"backend": 101}, ops_s={"data_loading": 0.5}) == "dataloader"
+    assert guess_role({**proc, "role": "actor"}, 1, {}, ops_s={"data_loading": 0.5}) == "actor"
+
+
+def test_waits_for_names_the_peer_and_apportions_waiting():
+    waits = [["socket", 12, 67], ["a sleep", 0, 23], ["pipe", 0, 10]]
+    got = waits_for(waits, 2.0, {12: "env worker"})
+    assert [w["what"] for w in got] == ["PID 12 (env worker) via socket", "a sleep", "a pipe to outside the job"]
+    assert [w["share"] for w in got] == [0.67, 0.23, 0.1]
+    assert waits_for([["pipe", -1, 5]], 1.0, {})[0]["what"] == "a pipe several of the job's processes hold"
+    assert sum(w["seconds"] for w in got) == pytest.approx(2.0)
+    assert waits_for(None, 1.0, {}) == [] and waits_for(waits, None, {})[0]["seconds"] is None
+
+
 def _cells(app, table_id):
     t = app.query_one(table_id)
     return [[str(c) for c in t.get_row_at(i)] for i in range(t.row_count)]
@@ -87,6 +104,8 @@ async def test_processes_table_details_and_one_process_categories(tmp_path):
         await pilot.press("enter")
         await pilot.pause()
         assert any("PID 50 (env worker)" in n and "1,009 calls" in n for n in app.notices()), app.notices()
+        assert any("waiting 0.30s (on PID 42 (main) via socket 75%, a lock or the GIL (futex) 25%)" in n
+                   for n in app.notices()), app.notices()
         await pilot.press("f")                                          # its categories alone
         await pilot.pause()
         cats = {row[0][2:]: row for row in _cells(app, "#cats")}

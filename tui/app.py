@@ -107,6 +107,12 @@ def _rate(v) -> str:
     return "-" if v is None else f"{v:,.0f}"
 
 
+def _waits(waits: list[dict]) -> str:
+    """ " (on PID 12 (env worker) via socket 80%, ...)": what the waiting was, its top three."""
+    top = [f"{w['what']} {100 * w['share']:.0f}%" for w in waits[:3]]
+    return f" (on {', '.join(top)})" if top else ""
+
+
 def _fmt_s(v) -> str:
     return fmt(v, ",.2f", "s")
 
@@ -364,7 +370,8 @@ class RlscopeApp(App):
             if p:
                 self.notify(f"PID {key} ({p['role']}) {p['command'][:80]}: " + ", ".join(
                     f"{LABELS[c]} {_fmt_s(p[f'{c}_s'])}" for c in CATEGORIES)
-                    + f", waiting {_fmt_s(p['waiting_s'])}, {p['calls']:,} calls; f shows its categories",
+                    + f", waiting {_fmt_s(p['waiting_s'])}{_waits(p['waits_for'])}, {p['calls']:,} calls; "
+                    "f shows its categories",
                     title="process")
         elif table == "threads":
             th = next((t for t in self.last["threads"] if str(t["tid"]) == key), None)

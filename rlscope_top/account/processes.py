@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from ..ring.records import SHARED
 from ..vocab import CATEGORIES
 
 ROLE_MAIN = "main"
+DATA_LOADING = "data_loading"       # the sampled operation of torch's DataLoader workers (op_rules)
 
 
 def threads_of(threads: list[dict], pid: int, main_pid: int | None) -> list[dict]:
@@ -48,7 +50,8 @@ def move_simulation_python(totals: dict, ops: dict[str, dict]) -> tuple[float, f
     return on, off
 
 
-def guess_role(proc: dict, main_pid: int | None, calls: dict, simulation_s: float = 0.0) -> str:
+def guess_role(proc: dict, main_pid: int | None, calls: dict, simulation_s: float = 0.0,
+               ops_s: dict[str, float] | None = None, parent_cmd: str = "") -> str:
     """What a process is to the job, from what the monitor can see of it.
 
     A worker forked by multiprocessing's forkserver keeps the forkserver's command line: what
@@ -59,20 +62,51 @@ def guess_role(proc: dict, main_pid: int | None, calls: dict, simulation_s: floa
         main_pid: the PID rlscope-top was attached to.
         calls: its calls per category (None where nothing is probed).
         simulation_s: its time in simulation operations (sampled stacks: gymnasium's step...).
+        ops_s: its seconds per operation (a DataLoader worker's loop is ``data_loading``).
+        parent_cmd: its parent's command line ("" when the parent is not the job's).
     """
+    ops_s = ops_s or {}
     if proc.get("role"):
         return proc["role"]
     cmd = proc.get("cmd") or ""
     if proc["pid"] == main_pid:
         return ROLE_MAIN
+    if ops_s.get(DATA_LOADING):
+        return "dataloader"
     if calls.get("simulator") or simulation_s > 0:
         return "env worker"
     if any(calls.values()):
         return "worker"
-    if "multiprocessing.forkserver" in cmd:
-        return "forkserver"
+    if "multiprocessing.forkserver" in cmd:      # the forkserver's own children keep its command
+        return "worker" if "multiprocessing.forkserver" in parent_cmd else "forkserver"
     if "multiprocessing.resource_tracker" in cmd:
         return "resource tracker"
     if not proc.get("python", True):
         return "native"
     return "worker"
+
+
+def waits_for(waits: list[list] | None, waiting_s: float | None, role_of: dict[int, str]) -> list[dict]:
+    """What a process waited for, from its main thread's blocked samples (collect/waits.py):
+    each wait's share of the samples, and that share of its ``waiting_s``.
+
+    Args:
+        waits: the process record's ``waits``, ``[[what, peer pid or 0 or SHARED, samples]]``.
+        waiting_s: its waiting seconds (None: not known).
+        role_of: pid -> role of the job's processes (to name the peer).
+    """
+    total = sum(n for _, _, n in waits or ())
+    out = []
+    for what, peer, n in waits or ():
+        if peer == SHARED:
+            label = f"a {what} several of the job's processes hold"
+        elif peer:
+            label = f"PID {peer} ({role_of.get(peer, 'process')}) via {what}"
+        elif what in ("pipe", "socket"):
+            label = f"a {what} to outside the job"
+        else:
+            label = what
+        out.append({"what": label, "kind": what, "pid": peer if peer > 0 else None, "samples": n,
+                    "share": round(n / total, 4),
+                    "seconds": None if waiting_s is None else round(waiting_s * n / total, 6)})
+    return out

@@ -103,6 +103,8 @@ class Collector(OperationSources, BudgetLoop, RecordBuilder):
             self.note("warn", f"{group}: {len(syms)} probe(s) not attached: {', '.join(syms)[:300]}")
         for src in self.sources:
             src.start(self)
+        self.probes.forget_processes(self.processes.refresh(self.probes.pids()))   # the children, for waits
+        self.processes.waits.start()
         self._settle()
 
 
@@ -149,6 +151,7 @@ class Collector(OperationSources, BudgetLoop, RecordBuilder):
         for src in self.sources:          # e.g. the GPU agent's last buffers (a forced flush)
             src.drain()
         frozen = self.probes.freeze()
+        self.processes.waits.stop()
         self.processes.refresh([])               # a process that ended just now ends in the summary
         self._stop_operations()
         self._drain_events()
@@ -167,6 +170,7 @@ class Collector(OperationSources, BudgetLoop, RecordBuilder):
     def close(self) -> None:
         """Stop the sampler and the sources, release the annotation region, remove the probes (idempotent)."""
         self._stop_operations()
+        self.processes.waits.stop()
         for src in self.sources:
             src.stop()
         self.probes.stop()

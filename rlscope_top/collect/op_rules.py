@@ -42,6 +42,9 @@ BUILTIN: list[Rule] = [
         # steps while send/recv wait, so the calling thread's time there is simulation
         "*/envpool/python/*:step", "*/envpool/python/*:send", "*/envpool/python/*:recv",
         "*/envpool/python/*:reset"),
+    # torch DataLoader: a worker process's loop, and the main process waiting for the next batch
+    *_r("data_loading", "", "*/torch/utils/data/_utils/worker.py:_worker_loop",
+        "*/torch/utils/data/dataloader.py:__next__"),
     # stable-baselines3 algorithm phases
     *_r("collect_rollouts", "", "*/stable_baselines3/*:collect_rollouts"),
     *_r("train", "", "*/stable_baselines3/*:train"),

@@ -15,6 +15,7 @@ from typing import Callable
 
 from ..ring import records as R
 from .target import command_line, is_alive
+from .waits import WaitSampler
 
 REREAD_S = 1.0          # a live process's command is read again this often (a fork may exec)
 _PYTHON_EXE = re.compile(r"^python(\d+(\.\d+)?)?t?$")
@@ -31,8 +32,13 @@ class Processes:
         self.info: dict[int, dict] = {}
         self._read_at: dict[int, float] = {}
         self._said: set[int] = set()
+        self.waits = WaitSampler(self.live)
         for pid in roots:
             self._read(pid)
+
+    def live(self) -> list[int]:
+        """The processes not known to have exited (safe to call from another thread)."""
+        return [pid for pid, p in list(self.info.items()) if not p["exited"]]
 
     @property
     def known(self) -> dict[int, dict]:
@@ -81,7 +87,7 @@ class Processes:
         for (pid, op), o in sorted((ops or {}).items()):
             mine.setdefault(pid, []).append({"id": op, "ns": o.ns, "oh": o.oh, "calls": o.calls})
         return [R.process(pid=pid, ppid=p["ppid"], command=p["cmd"], python=p["python"], exited=p["exited"],
-                          role=self.roles.get(pid), ops=mine.get(pid)) for pid, p in sorted(self.info.items())]
+                          role=self.roles.get(pid), ops=mine.get(pid), waits=self.waits.counts(pid)) for pid, p in sorted(self.info.items())]
 
 
 def _ppid(pid: int) -> int:

@@ -170,12 +170,14 @@ def _job(acct: Accounting, all_threads: list[dict], main: dict) -> dict:
 
 def _processes(acct: Accounting, all_threads: list[dict], wall_s: float) -> list[dict]:
     """Per process of the job: its command, role, totals, calls, transitions and the time its
-    Python threads waited off-CPU outside probed calls (on a worker, a pipe, a queue, a lock).
+    Python threads waited off-CPU outside probed calls (on a worker, a pipe, a queue, a lock),
+    with what its main thread waited for (``waits_for``: sampled, collect/waits.py).
     The job's totals are their sum; operations are the main process's (its annotations and
     stack samples)."""
     main_pid = acct.meta.get("pid")
     procs = acct.procs or ([{"pid": main_pid, "ppid": 0, "cmd": acct.meta.get("cmd", ""), "python": True,
                              "exited": False, "role": None}] if main_pid else [])
+    cmd_of = {p["pid"]: p["cmd"] for p in procs}
     out = []
     for p in procs:
         mine = P.threads_of(all_threads, p["pid"], main_pid)
@@ -185,14 +187,19 @@ def _processes(acct: Accounting, all_threads: list[dict], wall_s: float) -> list
         ops = P.op_seconds(p.get("ops"), acct.ops)
         moved = P.move_simulation_python(totals, ops)
         waiting = job["critical_path"]["waiting_s"]
+        op_s = {n: _s(sum(sum(x) for x in o["ns"].values()) * 1e9) for n, o in ops.items()}
         out.append({"pid": p["pid"], "ppid": p["ppid"], "command": p["cmd"],
-                    "role": P.guess_role(p, main_pid, f["calls"], moved[0] + moved[1]),
+                    "role": P.guess_role(p, main_pid, f["calls"], moved[0] + moved[1], op_s,
+                                         cmd_of.get(p["ppid"], "")),
                     "role_source": "user" if p.get("role") else "guessed",
                     "python": p["python"], "exited": p["exited"], "threads": len(mine), "totals": totals,
                     "waiting_s": None if waiting is None else _s(max(0.0, waiting - moved[1]) * 1e9),
                     "simulation_python_s": _s(sum(moved) * 1e9),
-                    "operations": {n: _s(sum(sum(x) for x in o["ns"].values()) * 1e9) for n, o in ops.items()},
+                    "operations": op_s, "waits": p.get("waits"),
                     "cpu_s": job["cpu_s"], "calls": f["calls"], "transitions": f["transitions"]})
+    role_of = {q["pid"]: q["role"] for q in out}
+    for q in out:
+        q["waits_for"] = P.waits_for(q.pop("waits"), q["waiting_s"], role_of)
     return out
 
 
@@ -449,6 +456,7 @@ def render(summary: dict, console: Console | None = None) -> None:
     if fw_line:
         console.print(fw_line, soft_wrap=True)
     _render_operations(summary, console)
+    _render_processes(summary, console)
     if summary["ranges"]:
         top = sorted(summary["ranges"].items(), key=lambda kv: -kv[1]["total_s"])[:5]
         console.print("ranges  " + "  ".join(f"{n} x{r['count']} {r['total_s']:.3f}s" for n, r in top),
@@ -491,6 +499,26 @@ def _render_operations(summary: dict, console: Console) -> None:
                       _fmt(o["transitions"].get("python->backend")),
                       _rate(o["transitions_per_s"].get("python->backend")), *(_gpu_cells(o) if gpu else ()))
     console.print(table)
+
+
+def _render_processes(summary: dict, console: Console) -> None:
+    procs = summary.get("processes") or []
+    if len(procs) < 2:
+        return
+    table = Table(title="processes", title_justify="left", show_edge=False, pad_edge=False)
+    for col in ("pid", "role", "Sim", "Python", "Backend", "waiting", "calls", "waits on (main thread)"):
+        table.add_column(col, justify="left" if col in ("role", "waits on (main thread)") else "right")
+    for p in procs:
+        t = p["totals"]
+        waits = ", ".join(f"{_wait_short(w)} {100 * w['share']:.0f}%" for w in (p.get("waits_for") or [])[:2])
+        table.add_row(str(p["pid"]), p["role"] + (" (exited)" if p["exited"] else ""), _fmt(t.get("simulator_s")),
+                      _fmt(t.get("python_s")), _fmt(t.get("backend_s")), _fmt(p.get("waiting_s")),
+                      _fmt(sum(v or 0 for v in p["calls"].values())), waits)
+    console.print(table)
+
+
+def _wait_short(w: dict) -> str:
+    return f"PID {w['pid']} ({w['kind']})" if w["pid"] else w["what"]
 
 
 def _gpu_cells(o: dict) -> tuple[str, str, str]:

@@ -58,7 +58,7 @@ def _process_row(p: dict) -> dict:
     return {"pid": p["pid"], "role": p["role"], "command": p["command"], "exited": p["exited"],
             "python": p["python"], "on_cpu_s": t.get("on_cpu_s"), "off_cpu_s": t.get("off_cpu_s"),
             "waiting_s": p.get("waiting_s"), "native_cpu_s": (p.get("cpu_s") or {}).get("native"),
-            "calls": sum(v or 0 for v in p["calls"].values()),
+            "calls": sum(v or 0 for v in p["calls"].values()), "waits_for": p.get("waits_for") or [],
             **{f"{c}_s": t.get(f"{c}_s") for c in CATEGORIES}}
 
 

@@ -72,14 +72,21 @@ def counters(ts: int, threads: list[dict], hits: list[int], overhead_pct: float 
     return r
 
 
+SHARED = -1     # a wait's peer "pid" when several of the job's processes hold the pipe or socket
+
+
 def process(*, pid: int, ppid: int, command: str, python: bool, exited: bool, role: str | None,
-            ops: list[dict] | None = None) -> dict:
+            ops: list[dict] | None = None, waits: list[list] | None = None) -> dict:
     """One process of the job: ``role`` is the user's (``--role PID=NAME``) or None (guessed
     by the accounting); ``python``: it runs a Python interpreter (its main thread is Python's);
-    ``ops``: its share of the operations, ``[{id, ns, oh, calls}]`` (the ``ops`` layout)."""
+    ``ops``: its share of the operations, ``[{id, ns, oh, calls}]`` (the ``ops`` layout);
+    ``waits``: samples of its main thread while blocked, ``[[what, peer pid or 0 or SHARED, samples]]``
+    (what: "pipe", "socket", or the kind of wait; the peer is the job's process at the other end)."""
     r = {"pid": pid, "ppid": ppid, "cmd": command, "python": python, "exited": exited, "role": role}
     if ops:
         r["ops"] = ops
+    if waits:
+        r["waits"] = waits
     return r
 
 
