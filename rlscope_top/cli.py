@@ -114,6 +114,10 @@ def _session_args(p: argparse.ArgumentParser) -> None:
                    help="also count another, unrelated process and its children (repeatable)")
     p.add_argument("--role", type=_role, action="append", default=[], metavar="PID=NAME",
                    help="name a process's role in the job (repeatable; default: guessed, e.g. main, env worker)")
+    p.add_argument("--record", metavar="FILE",
+                   help="also write the whole session to FILE (a new file): `replay` and `export` read it")
+    p.add_argument("--record-max-mb", type=_count, default=1024, metavar="MB",
+                   help="past MB the recording keeps counters and operations but no more events (default 1024)")
     p.add_argument("-q", "--quiet", action="store_true", help="only warnings on stderr")
 
 
@@ -143,7 +147,32 @@ def parser() -> argparse.ArgumentParser:
     sub.add_parser("calibrate", help="measure each probe kind's cost on this machine (needs root, gcc)")
     _compare_args(sub)
     _symbols_args(sub)
+    _recording_args(sub)
     return ap
+
+
+def _recording_args(sub) -> None:
+    rp = sub.add_parser("replay", help="a recording (--record FILE): its summary, or the live screen played back")
+    rp.add_argument("recording", metavar="FILE")
+    rp.add_argument("--headless", action="store_true", help="print the summary instead of opening the screen")
+    rp.add_argument("--to", type=_positive, metavar="S", help="stop S seconds into the session")
+    rp.add_argument("--summary", metavar="FILE", help="also write the summary JSON to FILE")
+    rp.add_argument("--speed", type=_speed, default=1.0, metavar="X",
+                    help="playback speed on the screen (default 1; 0: all at once)")
+    rp.add_argument("--interval", type=_positive, default=1.0, metavar="S", help="display refresh (default 1)")
+    ex = sub.add_parser("export", help="a recording for other tools: Perfetto, chrome://tracing JSON, or CSV")
+    ex.add_argument("recording", metavar="FILE")
+    ex.add_argument("--format", required=True, choices=("perfetto", "chrome", "csv"),
+                    help="perfetto: protobuf trace, chrome: Trace Event JSON (both need a --timeline recording); "
+                         "csv: per tick, process and category")
+    ex.add_argument("-o", "--output", required=True, metavar="OUT", help="the file to write")
+
+
+def _speed(text: str) -> float:
+    v = _number(text)
+    if v < 0 or v > 1000:
+        raise argparse.ArgumentTypeError(f"{text!r} must be between 0 and 1000")
+    return v
 
 
 def _compare_args(sub) -> None:
@@ -198,12 +227,16 @@ def _options(ns: argparse.Namespace, pid: int):
     if ns.summary and (why := S.path_problem(ns.summary)):
         raise UsageError(f"cannot write the summary to {ns.summary}: {why}",
                          hint="give a file path in a writable directory, e.g. --summary run.json")
+    if ns.record and os.path.lexists(ns.record):
+        raise UsageError(f"--record {ns.record}: the file exists",
+                         hint="give a new file name (a recording is never written over), or remove the old one")
     return Options(pid=pid, duration_s=ns.duration, interval_s=ns.interval, summary_path=ns.summary,
                    ring_path=ns.ring, keep_ring=ns.keep_ring or bool(ns.ring), sim_libs=ns.sim_lib,
                    max_probes=ns.max_probes, max_overhead_pct=ns.max_overhead, timeline=ns.timeline, quiet=ns.quiet,
                    op_rules=[op_rules.parse(r) for r in ns.op], sample_hz=ns.sample_hz, gpu=gpu,
                    prometheus=_prometheus(ns.prometheus), children=not ns.no_children,
-                   more_pids=tuple(ns.more_pids), roles=dict(ns.role))
+                   more_pids=tuple(ns.more_pids), roles=dict(ns.role), record_path=ns.record,
+                   record_max_mb=ns.record_max_mb)
 
 
 def _command(ns: argparse.Namespace) -> list[str]:
@@ -230,6 +263,13 @@ def _dispatch(ns: argparse.Namespace) -> int:
     if ns.cmd == "symbols":
         from .commands.symbols_cmd import run as symbols  # noqa: PLC0415
         return symbols(ns.lib, ns.pattern, ns.pid, ns.json)
+    if ns.cmd == "replay":
+        from .commands.replay import run as replay  # noqa: PLC0415
+        return replay(ns.recording, headless=ns.headless, to_s=ns.to, summary_path=ns.summary,
+                      speed=ns.speed, interval_s=ns.interval)
+    if ns.cmd == "export":
+        from .report.export import run as export  # noqa: PLC0415
+        return export(ns.recording, ns.format, ns.output)
     if ns.cmd == "calibrate":
         from .commands.calibrate import run as calibrate  # noqa: PLC0415
         calibrate()

@@ -19,6 +19,7 @@ EXIT_ATTACH = 10
 EXIT_RING = 11
 EXIT_CALIBRATION = 12
 EXIT_DEMO = 13
+EXIT_RECORDING = 14
 EXIT_COMMAND_NOT_FOUND = 127   # `run`: as a shell says it
 
 
@@ -97,6 +98,12 @@ class RingFileError(RlscopeError):
     """A ring file that cannot be read."""
 
     code = EXIT_RING
+
+
+class RecordingError(RlscopeError):
+    """A recording that cannot be written (``--record``) or read (``replay``, ``export``)."""
+
+    code = EXIT_RECORDING
 
 
 class IncompleteSummary(RlscopeError):

@@ -47,8 +47,9 @@ class Engine:
     """Incremental per-thread accounting over a stream of timestamped events."""
 
     def __init__(self, t0: int, tids: list[int] | tuple = (), reorder_ns: int = 50_000_000,
-                 keep_busy: bool = False):
+                 keep_busy: bool = False, on_slice=None):
         self.t0 = t0
+        self.on_slice = on_slice    # on_slice(tid, category, on_cpu, start, end): each charged span
         self.reorder_ns = reorder_ns
         self.keep_busy = keep_busy
         self.threads: dict[int, ThreadState] = {t: ThreadState(t0) for t in tids}
@@ -75,10 +76,10 @@ class Engine:
             self._apply(ts, tid, kind, cat)
             self.applied_until = ts
         if final_ts is not None:
-            for st in self.threads.values():
+            for tid, st in self.threads.items():
                 if not st.gone:
                     start = st.last_ts
-                    self._charge(st, final_ts, ON_CPU if st.run == ON_CPU else OFF_CPU)
+                    self._charge(st, final_ts, ON_CPU if st.run == ON_CPU else OFF_CPU, tid)
                     if self.keep_busy and st.run == ON_CPU:
                         st.busy.append((st.on_since if st.on_since is not None else start, final_ts))
                         st.on_since = final_ts
@@ -90,9 +91,11 @@ class Engine:
             st = self.threads[tid] = ThreadState(ts)
         return st
 
-    def _charge(self, st: ThreadState, ts: int, prev: int) -> None:
+    def _charge(self, st: ThreadState, ts: int, prev: int, tid: int = 0) -> None:
         if ts > st.last_ts:
             st.ns[st.cat()][0 if prev == ON_CPU else 1] += ts - st.last_ts
+            if self.on_slice is not None:
+                self.on_slice(tid, st.cat(), prev == ON_CPU, st.last_ts, ts)
         st.last_ts = max(st.last_ts, ts)
 
     def _apply(self, ts: int, tid: int, kind: str, cat: int) -> None:
@@ -108,7 +111,7 @@ class Engine:
         hint = OFF_CPU if kind == ON else ON_CPU
         prev = hint if st.run == UNKNOWN else st.run
         start = st.last_ts
-        self._charge(st, ts, prev)
+        self._charge(st, ts, prev, tid)
         if kind == ENTER:
             if st.depth[cat] == 0:
                 st.trans[st.cat()][cat] += 1

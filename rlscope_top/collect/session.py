@@ -51,6 +51,8 @@ class Options:
     children: bool = True                           # the process tree (--no-children: PID alone)
     more_pids: tuple[int, ...] = ()                 # --pid: unrelated processes counted as well
     roles: dict[int, str] = dataclasses.field(default_factory=dict)   # --role PID=NAME
+    record_path: str | None = None                  # --record: the whole session in one file
+    record_max_mb: int = 1024                       # --record-max-mb: past it, no more events
 
 
 def specs_for(opts: Options) -> list[catalog.ProbeSpec]:
@@ -259,6 +261,11 @@ def _session(opts: Options, stop_reason: Callable[[], str | None], on_tick, read
     collector = None
     stack = contextlib.ExitStack()
     try:
+        if opts.record_path:
+            from ..ring.recording import Recorder  # noqa: PLC0415
+
+            ring = Recorder(ring, opts.record_path, opts.pid, opts.record_max_mb << 20, notify)
+            stack.callback(ring.close_recording)
         collector = Collector(opts.pid, ring, specs_for(opts), notify=notify, interval_s=opts.interval_s,
                               max_probes=opts.max_probes, max_overhead_pct=opts.max_overhead_pct,
                               timeline=opts.timeline, op_rules=opts.op_rules, sample_hz=opts.sample_hz,
@@ -287,6 +294,9 @@ def _session(opts: Options, stop_reason: Callable[[], str | None], on_tick, read
         detach_s = collector.detach()
         summary["overhead"]["detach_s"] = round(detach_s, 3)
         path, _ = S.write_safely(summary, path, opts.pid)
+        if opts.record_path:
+            ring.finish(dropped=reader.dropped, detach_s=summary["overhead"]["detach_s"],
+                        ring_path=summary["ring"]["path"])
         if render:
             S.render(summary)
             notify("status", f"detached in {detach_s:.2f}s; summary written to {path}")

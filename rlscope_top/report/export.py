@@ -1,0 +1,215 @@
+"""``rlscope-top export FILE --format perfetto|chrome|csv -o OUT``: a recording for other tools.
+
+perfetto (protobuf, written with perfetto's own TracePacket protos) and chrome (the Trace Event
+Format JSON that chrome://tracing and ui.perfetto.dev load): one track per thread, grouped by
+process: a slice per span of one category, on or off CPU, replayed from the ``--timeline``
+events through the same engine the accounting uses (the slices of a thread sum to its counted
+time), and the annotated ranges as slices of their own.
+csv: one row per counters record (the collector's ticks), per process and category: cumulative
+on- and off-CPU seconds and calls.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+
+from ..account.engine import Engine
+from ..errors import RecordingError
+from ..ring import recording
+from ..ring import records as R
+from ..vocab import CATEGORIES, LABELS
+from ..safe_files import write_atomic
+
+FORMATS = ("perfetto", "chrome", "csv")
+RANGE_TRACK = 1 << 40           # perfetto: a thread's ranges track is this | tid (threads: tid << 1)
+
+
+@dataclasses.dataclass
+class Spans:
+    """What the timeline exports draw: slices ``(pid, tid, name, cat, t0_ns, t1_ns)`` (category
+    spans, on or off CPU, and annotated ranges), and the names of processes and threads."""
+
+    slices: list[tuple]
+    processes: dict[int, str]
+    threads: dict[int, tuple[int, str]]       # tid -> (pid, name)
+    meta: dict
+
+
+def spans(records: list[dict]) -> Spans:
+    """Category spans per thread, replayed from the ``--timeline`` events through the engine
+    the accounting uses (a thread's spans sum to its counted time), and the annotated ranges.
+
+    Raises:
+        RecordingError: no ``--timeline`` events in the recording (no slices to draw).
+    """
+    meta = next(r for r in records if r.get("t") == R.META)
+    pid_of = _thread_pids(records, meta["pid"])
+    open_: dict[int, list] = {}         # tid -> its open span [category, on_cpu, start, end]
+    out: list[tuple] = []
+
+    def close(tid: int, span: list) -> None:
+        cat, on, t0, t1 = span
+        name = LABELS[CATEGORIES[cat]] + ("" if on else " (off-CPU)")
+        out.append((pid_of.get(tid, meta["pid"]), tid, name, CATEGORIES[cat], t0, t1))
+
+    def on_slice(tid: int, cat: int, on: bool, t0: int, t1: int) -> None:
+        last = open_.get(tid)
+        if last and last[0] == cat and last[1] == on and last[3] == t0:   # the same span goes on
+            last[3] = t1
+            return
+        if last:
+            close(tid, last)
+        open_[tid] = [cat, on, t0, t1]
+
+    engine = Engine(meta["t0"], meta.get("tids0", []), on_slice=on_slice)
+    n_events = 0
+    for r in records:
+        if r.get("t") == R.EVENTS:
+            for ts, tid, kind, cat in r["items"]:
+                engine.add(ts, tid, kind, cat)
+                n_events += 1
+            engine.advance()
+        elif r.get("t") == R.INTERVALS:
+            out += [(pid_of.get(tid, meta["pid"]), tid, name, kind, t0, t1) for tid, kind, name, t0, t1 in r["items"]]
+    if not n_events:
+        raise RecordingError("the recording has no timeline events to draw slices from",
+                             hint="record with --timeline (rlscope-top PID --timeline --record FILE)")
+    end = max((r["ts"] for r in records if "ts" in r), default=engine.applied_until)
+    engine.advance(final_ts=max(end, engine.applied_until))
+    for tid, last in open_.items():
+        close(tid, last)
+    procs, names = _names(records, meta)
+    threads = {tid: (pid, names.get(tid, "") or str(tid)) for tid, pid in pid_of.items()}
+    return Spans(out, procs, threads, meta)
+
+
+def chrome(records: list[dict]) -> dict:
+    """The Trace Event Format document (chrome://tracing, ui.perfetto.dev) of a recording."""
+    sp = spans(records)
+    ev = [{"name": "process_name", "ph": "M", "pid": pid, "args": {"name": f"{pid} {cmd[:60]}"}}
+          for pid, cmd in sp.processes.items()]
+    ev += [{"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}}
+           for tid, (pid, name) in sp.threads.items()]
+    ev += [{"name": name, "cat": cat, "ph": "X", "ts": t0 / 1e3, "dur": (t1 - t0) / 1e3, "pid": pid, "tid": tid}
+           for pid, tid, name, cat, t0, t1 in sp.slices]
+    return {"traceEvents": ev, "displayTimeUnit": "ms",
+            "otherData": {"source": "rlscope-top", "pid": sp.meta["pid"], "command": sp.meta.get("cmd", "")}}
+
+
+def perfetto(records: list[dict], out) -> None:
+    """Write a recording as a Perfetto protobuf trace (perfetto's own TracePacket protos): a
+    track per process and thread, slices as begin/end track events (ns)."""
+    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TrackEvent  # noqa: PLC0415
+    from perfetto.trace_builder.proto_builder import StreamingTraceProtoBuilder  # noqa: PLC0415
+
+    sp = spans(records)
+    b = StreamingTraceProtoBuilder(out)
+    seq = 1
+    uuid_of: dict[int, int] = {}
+
+    def packet():
+        pk = b.create_packet()
+        pk.trusted_packet_sequence_id = seq
+        return pk
+
+    for pid, cmd in sp.processes.items():
+        pk = packet()
+        uuid_of[-pid] = pid << 1 | 1
+        pk.track_descriptor.uuid = uuid_of[-pid]
+        pk.track_descriptor.process.pid = pid
+        pk.track_descriptor.process.process_name = cmd[:60]
+        b.write_packet(pk)
+    for tid, (pid, name) in sp.threads.items():
+        pk = packet()
+        uuid_of[tid] = tid << 1
+        pk.track_descriptor.uuid = uuid_of[tid]
+        pk.track_descriptor.thread.pid = pid
+        pk.track_descriptor.thread.tid = tid
+        pk.track_descriptor.thread.thread_name = name
+        b.write_packet(pk)
+    ranges = {tid for _, tid, _, cat, _, _ in sp.slices if cat not in CATEGORIES and tid in uuid_of}
+    for tid in ranges:          # ranges may straddle category spans: a child track of their own
+        pk = packet()
+        pk.track_descriptor.uuid = RANGE_TRACK | tid
+        pk.track_descriptor.parent_uuid = uuid_of[tid]
+        pk.track_descriptor.name = "ranges"
+        b.write_packet(pk)
+    marks = []
+    for pid, tid, name, cat, t0, t1 in sp.slices:
+        track = uuid_of.get(tid) if cat in CATEGORIES else RANGE_TRACK | tid
+        marks.append((t0, 1, track, name, cat))
+        marks.append((t1, 0, track, name, cat))
+    for ts, begin, track, name, cat in sorted(marks):        # ends before begins at the same instant
+        if track is None:
+            continue
+        pk = packet()
+        pk.timestamp = ts
+        ev = pk.track_event
+        ev.track_uuid = track
+        ev.type = TrackEvent.TYPE_SLICE_BEGIN if begin else TrackEvent.TYPE_SLICE_END
+        if begin:
+            ev.name = name
+            ev.categories.append(cat)
+        b.write_packet(pk)
+
+
+def _thread_pids(records: list[dict], main_pid: int) -> dict[int, int]:
+    """tid -> pid from the counters records' thread rows (a row without pid is the main process's)."""
+    out: dict[int, int] = {}
+    for r in records:
+        if r.get("t") == R.COUNTERS:
+            for th in r["threads"]:
+                out[th["tid"]] = th.get("pid", main_pid)
+    return out
+
+
+def _names(records: list[dict], meta: dict) -> tuple[dict[int, str], dict[int, str]]:
+    """Process commands and thread names, from the counters records."""
+    procs = {meta["pid"]: meta.get("cmd", "")}
+    names: dict[int, str] = {}
+    for r in records:
+        if r.get("t") == R.COUNTERS:
+            for p in r.get("procs") or ():
+                procs[p["pid"]] = p["cmd"]
+            for th in r["threads"]:
+                names[th["tid"]] = th.get("name", "")
+    return procs, names
+
+
+def csv_text(records: list[dict]) -> str:
+    """One row per counters record, process and category (cumulative since attach)."""
+    meta = next(r for r in records if r.get("t") == R.META)
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(["t_s", "pid", "category", "on_cpu_s", "off_cpu_s", "calls"])
+    for r in records:
+        if r.get("t") != R.COUNTERS:
+            continue
+        per: dict[int, list] = {}
+        for th in r["threads"]:
+            acc = per.setdefault(th.get("pid", meta["pid"]), [[0, 0, 0] for _ in CATEGORIES])
+            for i in range(len(CATEGORIES)):
+                acc[i][0] += th["ns"][i][0]
+                acc[i][1] += th["ns"][i][1]
+                acc[i][2] += th["calls"][i]
+        t = round((r["ts"] - meta["t0"]) / 1e9, 6)
+        for pid, acc in sorted(per.items()):
+            for i, c in enumerate(CATEGORIES):
+                w.writerow([t, pid, c, acc[i][0] / 1e9, acc[i][1] / 1e9, acc[i][2]])
+    return buf.getvalue()
+
+
+def run(path: str, fmt: str, out: str) -> int:
+    """The ``export`` command. Returns the exit code."""
+    _, records = recording.load(path)
+    if fmt == "perfetto":
+        buf = io.BytesIO()
+        perfetto(records, buf)
+        write_atomic(out, buf.getvalue())
+    else:
+        write_atomic(out, json.dumps(chrome(records)) if fmt == "chrome" else csv_text(records))
+    print(f"rlscope-top: {fmt} export written to {out}")
+    return 0

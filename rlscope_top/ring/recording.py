@@ -1,0 +1,205 @@
+"""A whole session in one file that does not lap (``--record FILE``; docs/record-format.md).
+
+The file is a 64-byte header (magic, version, header size, the target's pid, created time)
+and then the ring's frames, back to back: ``[u32 length][u32 kind][u64 seq][msgpack payload]``
+padded to 8 bytes, the same framing as ring.py. Every record the collector writes to the ring
+is written here too. Past ``max_bytes`` it keeps what a summary needs (counters, operations,
+notes, modes, the end) and drops bulk events (``--timeline`` events, GPU activity), and says so.
+A full disk stops the recording, not the session. The last record, ``fin``, carries what the
+session's summary took from outside the records (ring drops, detach time), so that
+``replay`` rebuilds that summary field for field.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import sys
+import time
+from typing import Callable
+
+import msgpack
+
+from ..errors import RecordingError
+from ..safe_files import create_exclusive
+from . import gpu_records as G
+from . import records as R
+from .ring import FRAME, KIND_RECORD, _align8
+
+MAGIC = b"RLSREC\0\0"
+VERSION = 1
+HEADER = struct.Struct("<8sIIIxxxxQ")      # magic, version, header size, pid, created ns
+HEADER_SIZE = 64
+FIN = "fin"
+BULK = frozenset((R.EVENTS, R.INTERVALS, G.GPU, G.NVML, G.SYNC))   # dropped first past the bound
+
+
+def fin(*, dropped: int, detach_s: float | None, ring_path: str) -> dict:
+    """The recording's last record: what the summary took from outside the records."""
+    return {"t": FIN, "dropped": dropped, "detach_s": detach_s, "ring_path": ring_path}
+
+
+class Recorder:
+    """A ring writer that also appends every record to a recording file.
+
+    Args:
+        ring: the session's RingWriter (everything else is delegated to it).
+        path: the recording; an existing name (a symlink included) is refused.
+        pid: the target's pid (in the header).
+        max_bytes: past this, bulk events are no longer recorded.
+        note: ``note(level, msg)``, for the bound and a failed write.
+
+    Raises:
+        RecordingError: the file cannot be created.
+    """
+
+    def __init__(self, ring, path: str, pid: int, max_bytes: int, note: Callable[[str, str], None]):
+        try:
+            self._fd = create_exclusive(path)
+        except FileExistsError:
+            raise RecordingError(f"{path} exists", hint="give a new file name, or remove the old recording",
+                                 pid=pid) from None
+        except OSError as e:
+            raise RecordingError(f"cannot create {path}: {e.strerror}",
+                                 hint="give a path in a directory you can write", pid=pid) from None
+        self._ring, self.record_path, self._max = ring, path, max_bytes
+        self._note = note
+        self._packer = msgpack.Packer(use_bin_type=True)
+        self._seq = 0
+        self._size = HEADER_SIZE
+        self._bulk_dropped = 0
+        self._failed = False
+        self._append(HEADER.pack(MAGIC, VERSION, HEADER_SIZE, pid, time.time_ns()).ljust(HEADER_SIZE, b"\0"))
+
+    def __getattr__(self, name):
+        return getattr(self._ring, name)
+
+    def write(self, record: dict) -> int:
+        """Write to the ring, then to the recording. Returns the ring's sequence number."""
+        seq = self._ring.write(record)
+        self.record(record)
+        return seq
+
+    def record(self, record: dict) -> None:
+        """Append one record to the recording only (unless past its bound or failed)."""
+        if self._failed:
+            return
+        if record.get("t") in BULK and self._size >= self._max:
+            if not self._bulk_dropped:
+                self._note("warn", f"recording reached --record-max-mb ({self._max >> 20} MB): "
+                                   "it keeps counters and operations, no more events")
+            self._bulk_dropped += 1
+            return
+        payload = self._packer.pack(record)
+        frame = FRAME.pack(len(payload), KIND_RECORD, self._seq) + payload
+        self._append(frame.ljust(_align8(len(frame)), b"\0"))
+        self._seq += 1
+
+    def finish(self, *, dropped: int, detach_s: float | None, ring_path: str) -> None:
+        """Append the ``fin`` record and close the recording (idempotent)."""
+        if self._fd is None:
+            return
+        self.record(fin(dropped=dropped, detach_s=detach_s, ring_path=ring_path))
+        self.close_recording()
+
+    def close_recording(self) -> None:
+        """Close the file; what is in it stays readable."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def _append(self, data: bytes) -> None:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self._fd, view):]
+            self._size += len(data)
+        except OSError as e:
+            self._failed = True
+            self._note("warn", f"recording stopped at {self._size >> 20} MB: {e.strerror} "
+                               f"({self.record_path} keeps what was written; the session goes on)")
+
+
+class Recording:
+    """A recording read back: its records and what was wrong with the file, if anything.
+
+    Attributes:
+        pid: the target's pid from the header.
+        records: every whole record, in order (``fin`` excluded).
+        fin: the ``fin`` record, or None (a session that did not end cleanly).
+        problem: None, or what stopped the reading early (truncated or corrupt tail).
+    """
+
+    def __init__(self, pid: int, records: list[dict], fin_rec: dict | None, problem: str | None):
+        self.pid, self.records, self.fin, self.problem = pid, records, fin_rec, problem
+
+
+def read(path: str) -> Recording:
+    """Read a recording, recovering every whole record before a damaged tail.
+
+    Raises:
+        RecordingError: not a recording (empty, another format, another version) or unreadable.
+    """
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise RecordingError(f"cannot read {path}: {e.strerror}", hint="give the file written by --record") from None
+    if not data:
+        raise RecordingError(f"{path} is empty", hint="the session wrote nothing: was --record given?")
+    if len(data) < HEADER.size or data[:8] != MAGIC:
+        raise RecordingError(f"{path} is not an rlscope-top recording",
+                             hint="give the file written by --record FILE (a ring or summary is not one)")
+    _, version, hsize, pid, _ = HEADER.unpack_from(data)
+    if version != VERSION:
+        raise RecordingError(f"{path} is recording format v{version}; this rlscope-top reads v{VERSION}",
+                             hint="replay it with the rlscope-top version that wrote it")
+    return _frames(data, hsize, pid)
+
+
+def _frames(data: bytes, pos: int, pid: int) -> Recording:
+    records, fin_rec, problem, seq = [], None, None, 0
+    unpacker_opts = {"raw": False, "strict_map_key": False}
+    while pos < len(data):
+        if len(data) - pos < FRAME.size:
+            problem = f"truncated after {len(records)} records (a partial frame header)"
+            break
+        length, kind, got_seq = FRAME.unpack_from(data, pos)
+        end = pos + FRAME.size + length
+        if kind != KIND_RECORD or got_seq != seq:
+            problem = f"corrupt after {len(records)} records (a bad frame at byte {pos})"
+            break
+        if end > len(data):
+            problem = f"truncated after {len(records)} records (a partial record)"
+            break
+        try:
+            rec = msgpack.unpackb(data[pos + FRAME.size:end], **unpacker_opts)
+        except (ValueError, msgpack.UnpackException) as e:
+            problem = f"corrupt after {len(records)} records ({type(e).__name__} at byte {pos})"
+            break
+        if isinstance(rec, dict) and rec.get("t") == FIN:
+            fin_rec = rec
+        elif isinstance(rec, dict):
+            records.append(rec)
+        pos, seq = _align8(end), seq + 1
+    return Recording(pid, records, fin_rec, problem)
+
+
+def load(path: str, to_s: float | None = None) -> tuple[Recording, list[dict]]:
+    """A recording and its records up to ``to_s`` seconds into the session (all: None); a
+    damaged tail is said on stderr and the records before it are used.
+
+    Raises:
+        RecordingError: unreadable, or no session start (meta record) in it.
+    """
+    rec = read(path)
+    if rec.problem:
+        print(f"rlscope-top: {path}: {rec.problem}; using the records before it", file=sys.stderr)
+    meta = next((r for r in rec.records if r.get("t") == R.META), None)
+    if meta is None:
+        raise RecordingError(f"{path} has no session start (meta record)",
+                             hint="the session ended before it attached: record it again")
+    if to_s is None:
+        return rec, rec.records
+    limit = meta["t0"] + int(to_s * 1e9)
+    return rec, [r for r in rec.records if r.get("t") == R.META or r.get("ts", 0) <= limit]

@@ -1,0 +1,106 @@
+"""Issue 14: a recorded session (--record, with --timeline) replays to the summary the session
+wrote, field for field; its chrome export's category slices add up to the summary's figures;
+its CSV's last tick is the session's final counters."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+
+import pytest
+
+from support import CLI, REPO, load_summary
+
+pytestmark = pytest.mark.ebpf
+WORKLOAD = ("--py-us", "4000", "--sim-us", "3000", "--ops", "7", "--op-size", "96")
+
+
+@pytest.fixture
+def recorded(ebpf, target, monitor, tmp_path, simlib):
+    t = target("known_split.py", simlib, tmp_path / "truth.json", *WORKLOAD)
+    rec = tmp_path / "session.rlsrec"
+    m, summary = monitor(t.pid, "--headless", "--sim-lib", f"{simlib}:sim_step", "--timeline",
+                         "--max-overhead", "100", "--record", str(rec), "--duration", "4")
+    assert m.finish(timeout=90) == 0, m.stderr_text
+    return load_summary(summary), rec, tmp_path
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=120, cwd=str(REPO))
+
+
+def test_replay_headless_equals_the_sessions_summary(recorded):
+    s, rec, tmp = recorded
+    p = _cli("replay", str(rec), "--headless", "--summary", str(tmp / "replayed.json"))
+    assert p.returncode == 0, p.stderr
+    replayed = load_summary(tmp / "replayed.json")
+    assert replayed == s
+    assert s["calls"]["simulator"] > 100 and s["totals"]["simulator_s"] > 0.5
+    early = _cli("replay", str(rec), "--headless", "--to", "1", "--summary", str(tmp / "early.json"))
+    assert early.returncode == 0, early.stderr
+    assert load_summary(tmp / "early.json")["calls"]["simulator"] < s["calls"]["simulator"]
+
+
+def test_chrome_export_slices_add_up_to_the_summary(recorded):
+    s, rec, tmp = recorded
+    out = tmp / "trace.json"
+    p = _cli("export", str(rec), "--format", "chrome", "-o", str(out))
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(out.read_text())
+    py_tids = {th["tid"] for th in s["threads"] if th["python_thread"]}
+    got = dict.fromkeys(("python", "backend", "simulator"), 0.0)
+    for e in doc["traceEvents"]:
+        if e["ph"] == "X" and e["tid"] in py_tids and e["cat"] in got:
+            got[e["cat"]] += e["dur"] / 1e6
+    want = {c: s["raw"][f"{c}_s"] for c in got}
+    print(f"chrome slices {got} raw totals {want}")
+    for c in got:
+        assert got[c] == pytest.approx(want[c], rel=0.01, abs=0.002), (c, got, want)
+    names = {e["args"]["name"] for e in doc["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert names
+
+
+def test_csv_export_ends_at_the_final_counters(recorded):
+    s, rec, tmp = recorded
+    out = tmp / "ticks.csv"
+    p = _cli("export", str(rec), "--format", "csv", "-o", str(out))
+    assert p.returncode == 0, p.stderr
+    rows = list(csv.DictReader(out.open()))
+    last_t = max(float(r["t_s"]) for r in rows)
+    calls = sum(int(r["calls"]) for r in rows if float(r["t_s"]) == last_t and r["category"] == "simulator")
+    assert calls == s["calls"]["simulator"], (calls, s["calls"])
+    assert len({r["t_s"] for r in rows}) >= 10         # a row set per tick (0.25 s) over 4 s
+
+
+def test_perfetto_export_reads_back_with_perfettos_protos(recorded):
+    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TrackEvent
+
+    s, rec, tmp = recorded
+    out = tmp / "trace.pftrace"
+    p = _cli("export", str(rec), "--format", "perfetto", "-o", str(out))
+    assert p.returncode == 0, p.stderr
+    trace = Trace()
+    trace.ParseFromString(out.read_bytes())
+    tracks = {pk.track_descriptor.uuid: pk.track_descriptor for pk in trace.packet if pk.HasField("track_descriptor")}
+    py_tids = {th["tid"] for th in s["threads"] if th["python_thread"]}
+    open_: dict[int, tuple] = {}
+    got = dict.fromkeys(("python", "backend", "simulator"), 0.0)
+    for pk in trace.packet:
+        if not pk.HasField("track_event"):
+            continue
+        ev = pk.track_event
+        if ev.type == TrackEvent.TYPE_SLICE_BEGIN:
+            assert ev.track_uuid not in open_, "slices on a track must nest"
+            open_[ev.track_uuid] = (pk.timestamp, ev.categories[0])
+        elif ev.type == TrackEvent.TYPE_SLICE_END:
+            t0, cat = open_.pop(ev.track_uuid)
+            tid = tracks[ev.track_uuid].thread.tid
+            if tid in py_tids and cat in got:
+                got[cat] += (pk.timestamp - t0) / 1e9
+    assert not open_
+    want = {c: s["raw"][f"{c}_s"] for c in got}
+    print(f"perfetto slices {got} raw totals {want}")
+    for c in got:
+        assert got[c] == pytest.approx(want[c], rel=0.01, abs=0.002), (c, got, want)
+    assert {d.thread.tid for d in tracks.values() if d.HasField("thread")} >= py_tids
