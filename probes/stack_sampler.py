@@ -27,6 +27,46 @@ SAMPLED_ID_BASE = 4096          # annotated operations use ids 1..1023
 DEFAULT_HZ = 100
 
 
+class StackCounts:
+    """Time per distinct stack and thread, for ``--record`` (speedscope export): frames are
+    interned, and ``take`` hands over what changed since the last call (thread-safe)."""
+
+    MAX_STACKS = 50_000       # distinct stacks kept; past it, samples of new ones are not recorded
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._frames: dict[str, int] = {}
+        self._new_frames: list[list] = []
+        self._us: dict[tuple, int] = {}
+        self._delta: dict[tuple, int] = {}
+        self.dropped_us = 0
+
+    def add(self, pid: int, tid: int, frames: list[str], us: int) -> None:
+        """One sample: its stack (outermost first) and its time."""
+        with self._lock:
+            ids = []
+            for f in frames:
+                i = self._frames.get(f)
+                if i is None:
+                    i = self._frames[f] = len(self._frames)
+                    self._new_frames.append([i, f])
+                ids.append(i)
+            key = (pid, tid, tuple(ids))
+            if key not in self._us and len(self._us) >= self.MAX_STACKS:
+                self.dropped_us += us
+                return
+            self._us[key] = self._us.get(key, 0) + us
+            self._delta[key] = self._delta.get(key, 0) + us
+
+    def take(self) -> tuple[list[list], list[list]]:
+        """(new frames ``[[id, "file:function"]]``, changed stacks ``[[pid, tid, [frame ids], us]]``)."""
+        with self._lock:
+            frames, self._new_frames = self._new_frames, []
+            items = [[pid, tid, list(ids), us] for (pid, tid, ids), us in self._delta.items()]
+            self._delta = {}
+        return frames, items
+
+
 def austin_path() -> str | None:
     """The austin binary: next to this interpreter (the venv) or on PATH."""
     here = os.path.join(os.path.dirname(sys.executable), "austin")
@@ -37,8 +77,9 @@ class StackSampler:
     """Runs austin on one PID and keeps each thread's sampled operation."""
 
     def __init__(self, pid: int, rules: list[Rule], hz: float, set_op: Callable[[int, int, int], None],
-                 children: bool = False):
+                 children: bool = False, stacks: StackCounts | None = None):
         self.pid, self.hz = pid, hz
+        self.stacks = stacks            # --record: time per stack, for the speedscope export
         self.children = children        # austin -C: the process's children too (tids are machine-wide)
         self.matcher = Matcher(rules)
         self.names = sorted({r.name for r in rules})
@@ -103,7 +144,7 @@ class StackSampler:
     def restarted(self, hz: float) -> "StackSampler":
         """A new austin at another rate that carries this one's state (same ids and counts)."""
         self.stop()
-        new = StackSampler(self.pid, [], hz, self._set_op, self.children)
+        new = StackSampler(self.pid, [], hz, self._set_op, self.children, self.stacks)
         new.matcher, new.names, new.ids = self.matcher, self.names, self.ids
         new._cur, new._samples, new.inclusive, new.nested = self._cur, self._samples, self.inclusive, self.nested
         new.total, new.invalid = self.total, self.invalid
@@ -175,6 +216,8 @@ class StackSampler:
         inner, seen = self.matcher.match(frames)
         op = self.ids[inner] if inner else 0
         self.total += 1
+        if self.stacks is not None:
+            self._keep(parts[0], tid, frames, line)
         if op:
             self._samples[op] = self._samples.get(op, 0) + 1
         for n in seen:
@@ -184,6 +227,13 @@ class StackSampler:
             for n in seen:
                 row[n] = row.get(n, 0) + 1
         self._apply(tid, op)
+
+    def _keep(self, proc: str, tid: int, frames: list[str], line: str) -> None:
+        try:
+            pid, us = int(proc[1:]), int(line.rsplit(" ", 1)[1])
+        except (ValueError, IndexError):
+            return
+        self.stacks.add(pid, tid, frames, us)
 
     def _apply(self, tid: int, op: int) -> None:
         if self._cur.get(tid, 0) != op:

@@ -160,11 +160,11 @@ def _recording_args(sub) -> None:
     rp.add_argument("--speed", type=_speed, default=1.0, metavar="X",
                     help="playback speed on the screen (default 1; 0: all at once)")
     rp.add_argument("--interval", type=_positive, default=1.0, metavar="S", help="display refresh (default 1)")
-    ex = sub.add_parser("export", help="a recording for other tools: Perfetto, chrome://tracing JSON, or CSV")
+    ex = sub.add_parser("export", help="a recording for other tools: Perfetto, chrome://tracing JSON, speedscope, CSV")
     ex.add_argument("recording", metavar="FILE")
-    ex.add_argument("--format", required=True, choices=("perfetto", "chrome", "csv"),
+    ex.add_argument("--format", required=True, choices=("perfetto", "chrome", "speedscope", "csv"),
                     help="perfetto: protobuf trace, chrome: Trace Event JSON (both need a --timeline recording); "
-                         "csv: per tick, process and category")
+                         "speedscope: sampled Python stacks by time; csv: per tick, process and category")
     ex.add_argument("-o", "--output", required=True, metavar="OUT", help="the file to write")
 
 

@@ -1,16 +1,18 @@
 """Issue 14: a recorded session (--record, with --timeline) replays to the summary the session
-wrote, field for field; its chrome export's category slices add up to the summary's figures;
-its CSV's last tick is the session's final counters."""
+wrote, field for field; its chrome and perfetto exports' category slices add up to the summary's
+figures; its speedscope export validates and weighs the Python phase as the target's own clock
+does; its CSV's last tick is the session's final counters."""
 
 from __future__ import annotations
 
 import csv
 import json
+import signal
 import subprocess
 
 import pytest
 
-from support import CLI, REPO, load_summary
+from support import CLI, REPO, load_summary, wait_file
 
 pytestmark = pytest.mark.ebpf
 WORKLOAD = ("--py-us", "4000", "--sim-us", "3000", "--ops", "7", "--op-size", "96")
@@ -23,7 +25,7 @@ def recorded(ebpf, target, monitor, tmp_path, simlib):
     m, summary = monitor(t.pid, "--headless", "--sim-lib", f"{simlib}:sim_step", "--timeline",
                          "--max-overhead", "100", "--record", str(rec), "--duration", "4")
     assert m.finish(timeout=90) == 0, m.stderr_text
-    return load_summary(summary), rec, tmp_path
+    return load_summary(summary), rec, tmp_path, t
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
@@ -31,7 +33,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_replay_headless_equals_the_sessions_summary(recorded):
-    s, rec, tmp = recorded
+    s, rec, tmp, t = recorded
     p = _cli("replay", str(rec), "--headless", "--summary", str(tmp / "replayed.json"))
     assert p.returncode == 0, p.stderr
     replayed = load_summary(tmp / "replayed.json")
@@ -43,7 +45,7 @@ def test_replay_headless_equals_the_sessions_summary(recorded):
 
 
 def test_chrome_export_slices_add_up_to_the_summary(recorded):
-    s, rec, tmp = recorded
+    s, rec, tmp, t = recorded
     out = tmp / "trace.json"
     p = _cli("export", str(rec), "--format", "chrome", "-o", str(out))
     assert p.returncode == 0, p.stderr
@@ -62,7 +64,7 @@ def test_chrome_export_slices_add_up_to_the_summary(recorded):
 
 
 def test_csv_export_ends_at_the_final_counters(recorded):
-    s, rec, tmp = recorded
+    s, rec, tmp, t = recorded
     out = tmp / "ticks.csv"
     p = _cli("export", str(rec), "--format", "csv", "-o", str(out))
     assert p.returncode == 0, p.stderr
@@ -76,7 +78,7 @@ def test_csv_export_ends_at_the_final_counters(recorded):
 def test_perfetto_export_reads_back_with_perfettos_protos(recorded):
     from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TrackEvent
 
-    s, rec, tmp = recorded
+    s, rec, tmp, t = recorded
     out = tmp / "trace.pftrace"
     p = _cli("export", str(rec), "--format", "perfetto", "-o", str(out))
     assert p.returncode == 0, p.stderr
@@ -104,3 +106,29 @@ def test_perfetto_export_reads_back_with_perfettos_protos(recorded):
     for c in got:
         assert got[c] == pytest.approx(want[c], rel=0.01, abs=0.002), (c, got, want)
     assert {d.thread.tid for d in tracks.values() if d.HasField("thread")} >= py_tids
+
+
+def test_speedscope_export_validates_and_weighs_the_python_phase(recorded):
+    import jsonschema
+
+    s, rec, tmp, t = recorded
+    out = tmp / "profile.speedscope.json"
+    p = _cli("export", str(rec), "--format", "speedscope", "-o", str(out))
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(out.read_text())
+    jsonschema.validate(doc, json.loads((REPO / "tests/data/speedscope-file-format.schema.json").read_text()))
+    frames = doc["shared"]["frames"]
+    for prof in doc["profiles"]:
+        assert len(prof["samples"]) == len(prof["weights"]) and prof["endValue"] == sum(prof["weights"])
+        assert all(0 <= i < len(frames) for st in prof["samples"] for i in st)
+    main = next(pr for pr in doc["profiles"] if pr["name"].startswith(f"PID {t.pid} thread {t.pid}"))
+    inner = sum(w for st, w in zip(main["samples"], main["weights"]) if frames[st[-1]]["name"] == "python_phase")
+    ours = inner / sum(main["weights"])
+    t.finish(signal.SIGTERM)
+    wait_file(tmp / "truth.json", timeout=30)
+    w0, w1 = s["window"]["t0_monotonic_ns"], s["window"]["t1_monotonic_ns"]
+    py = sum(max(0, min(b, w1) - max(a, w0)) for kind, _, a, b in json.loads((tmp / "truth.json").read_text())
+             if kind == "python")
+    truth = py / (w1 - w0)
+    print(f"speedscope: python_phase {ours:.3f} of the main thread's sampled time, truth {truth:.3f}")
+    assert abs(ours - truth) <= 0.08, (ours, truth)

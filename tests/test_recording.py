@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import os
 import struct
+from pathlib import Path
 
 import pytest
 
@@ -149,3 +150,41 @@ async def test_replay_screen_plays_the_recording(tmp_path):
     finally:
         play.close()
     assert not os.path.exists(play.ring_path)           # the private ring is gone
+
+
+def test_stack_counts_hand_over_changes_and_stay_bounded(monkeypatch):
+    from rlscope_top.probes.stack_sampler import StackCounts
+
+    c = StackCounts()
+    c.add(1, 2, ["/a.py:main", "/a.py:step"], 10_000)
+    c.add(1, 2, ["/a.py:main", "/a.py:step"], 10_000)
+    c.add(1, 3, ["/a.py:main"], 7)
+    frames, items = c.take()
+    assert frames == [[0, "/a.py:main"], [1, "/a.py:step"]]
+    assert sorted(items) == [[1, 2, [0, 1], 20_000], [1, 3, [0], 7]]
+    assert c.take() == ([], [])
+    monkeypatch.setattr(StackCounts, "MAX_STACKS", 2)
+    c.add(1, 4, ["/a.py:other"], 5)                    # a third distinct stack: not kept
+    assert c.take() == ([[2, "/a.py:other"]], []) and c.dropped_us == 5
+
+
+def test_speedscope_export_of_recorded_stacks_validates(tmp_path):
+    import json
+
+    import jsonschema
+
+    from rlscope_top.report.export import speedscope
+
+    stk = R.stacks(10, [[0, "/t.py:<module>"], [1, "/t.py:python_phase"], [2, "/t.py:sim"]],
+                   [[42, 42, [0, 1], 23_000], [42, 42, [0, 2], 1009], [50, 50, [0], 7]])
+    doc = speedscope([*tree_stream(), stk])
+    schema = json.loads((Path(__file__).parent / "data" / "speedscope-file-format.schema.json").read_text())
+    jsonschema.validate(doc, schema)
+    main = doc["profiles"][0]
+    assert main["name"].startswith("PID 42 thread 42") and main["endValue"] == 24_009
+    assert [doc["shared"]["frames"][s[-1]]["name"] for s in main["samples"]] == ["python_phase", "sim"]
+    bad = {**doc, "profiles": [{**main, "unit": "fortnights"}]}
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, schema)
+    with pytest.raises(RecordingError, match="no sampled stacks"):
+        speedscope(tree_stream())

@@ -204,7 +204,7 @@ class RlscopeApp(App):
         self.title = "rlscope-top"
         self.query_one("#ops", DataTable).add_columns("operation", "source", "wall", "Python/Sim/Backend/CUDA",
                                                       "trans/s", "calls/s")
-        self.query_one("#procs", DataTable).add_columns("pid", "role", "command", "on-CPU", "Python", "Sim",
+        self.query_one("#procs", DataTable).add_columns("pid", "role", "command", "on-CPU", "Python at work", "Sim",
                                                         "Backend", "waiting", "calls", "state")
         self.query_one("#cats", DataTable).add_columns("category", "time", "share", "history", "source")
         self.query_one("#threads", DataTable).add_columns("tid", "name", "kind", "on-CPU", "off-CPU", "Python",

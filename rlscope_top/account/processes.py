@@ -110,3 +110,10 @@ def waits_for(waits: list[list] | None, waiting_s: float | None, role_of: dict[i
                     "share": round(n / total, 4),
                     "seconds": None if waiting_s is None else round(waiting_s * n / total, 6)})
     return out
+
+
+def python_at_work(python_s: float | None, waiting_s: float | None) -> float | None:
+    """A process's Python seconds less its waiting (its ``totals.python_s`` holds both)."""
+    if python_s is None or waiting_s is None:
+        return python_s
+    return round(max(0.0, python_s - waiting_s), 6)

@@ -123,6 +123,7 @@ class Collector(OperationSources, BudgetLoop, RecordBuilder):
             self.ring.write(self._meta())
         self._drain_events()
         self._check_sampler()
+        self._record_stacks()
         self.probes.forget_processes(self.processes.refresh(self.probes.pids()))
         ctr = self._counters()
         self._write_counters(ctr)
@@ -154,6 +155,7 @@ class Collector(OperationSources, BudgetLoop, RecordBuilder):
         self.processes.waits.stop()
         self.processes.refresh([])               # a process that ended just now ends in the summary
         self._stop_operations()
+        self._record_stacks()
         self._drain_events()
         self._write_counters(self._counters(frozen))
         for src in self.sources:

@@ -6,7 +6,8 @@ from __future__ import annotations
 import time
 
 from ..probes import ann_region
-from ..probes.stack_sampler import StackSampler
+from ..probes.stack_sampler import StackCounts, StackSampler
+from ..ring import records as R
 from ..vocab import ALL_OP
 from .target import is_alive
 
@@ -38,7 +39,9 @@ class OperationSources:
         """Sample Python stacks for rule-based operations (the zero-change path)."""
         if not self.sample_hz:
             return
-        smp = StackSampler(self.pid, self.op_rules, self.sample_hz, self._sampled_op, children=self.probes.children)
+        stacks = StackCounts() if hasattr(self.ring, "record") else None     # recording: keep the stacks
+        smp = StackSampler(self.pid, self.op_rules, self.sample_hz, self._sampled_op, children=self.probes.children,
+                           stacks=stacks)
         if not smp.start():
             self.note("warn", f"operations unavailable: {smp.error}; the category breakdown is unaffected")
             return
@@ -104,6 +107,15 @@ class OperationSources:
     def _refresh_names(self) -> None:
         for i, (name, kind) in self.region.names().items():
             self.op_names.setdefault(i, (name, kind, "annotated"))
+
+    def _record_stacks(self) -> None:
+        """--record: the stacks sampled since the last call go to the recording (not the ring)."""
+        smp = self.sampler
+        if smp is None or smp.stacks is None:
+            return
+        frames, items = smp.stacks.take()
+        if frames or items:
+            self.ring.record(R.stacks(time.monotonic_ns(), frames, items))
 
     def _stop_operations(self) -> None:
         """Stop the stack sampler and release the annotation region (idempotent)."""

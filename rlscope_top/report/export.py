@@ -1,10 +1,12 @@
-"""``rlscope-top export FILE --format perfetto|chrome|csv -o OUT``: a recording for other tools.
+"""``rlscope-top export FILE --format perfetto|chrome|speedscope|csv -o OUT``: a recording for
+other tools.
 
 perfetto (protobuf, written with perfetto's own TracePacket protos) and chrome (the Trace Event
 Format JSON that chrome://tracing and ui.perfetto.dev load): one track per thread, grouped by
 process: a slice per span of one category, on or off CPU, replayed from the ``--timeline``
 events through the same engine the accounting uses (the slices of a thread sum to its counted
 time), and the annotated ranges as slices of their own.
+speedscope: the stack sampler's stacks, one sampled profile per thread, weighted by time.
 csv: one row per counters record (the collector's ticks), per process and category: cumulative
 on- and off-CPU seconds and calls.
 """
@@ -23,7 +25,7 @@ from ..ring import records as R
 from ..vocab import CATEGORIES, LABELS
 from ..safe_files import write_atomic
 
-FORMATS = ("perfetto", "chrome", "csv")
+FORMATS = ("perfetto", "chrome", "speedscope", "csv")
 RANGE_TRACK = 1 << 40           # perfetto: a thread's ranges track is this | tid (threads: tid << 1)
 
 
@@ -179,6 +181,47 @@ def _names(records: list[dict], meta: dict) -> tuple[dict[int, str], dict[int, s
     return procs, names
 
 
+SPEEDSCOPE_SCHEMA = "https://www.speedscope.app/file-format-schema.json"
+
+
+def speedscope(records: list[dict]) -> dict:
+    """A speedscope document: one sampled profile per thread, its stacks weighted by the time
+    the stack sampler (austin, wall time) gave each sample, in microseconds.
+
+    Raises:
+        RecordingError: no sampled stacks in the recording.
+    """
+    meta = next(r for r in records if r.get("t") == R.META)
+    frames: dict[int, str] = {}
+    per: dict[tuple[int, int], dict[tuple, int]] = {}
+    for r in records:
+        if r.get("t") == R.STACKS:
+            frames.update({i: f for i, f in r["frames"]})
+            for pid, tid, ids, us in r["items"]:
+                row = per.setdefault((pid, tid), {})
+                row[tuple(ids)] = row.get(tuple(ids), 0) + us
+    if not per:
+        raise RecordingError("the recording has no sampled stacks",
+                             hint="record with the stack sampler on (the default; not --sample-hz 0)")
+    _, names = _names(records, meta)
+    profiles = []
+    for (pid, tid), stacks in sorted(per.items(), key=lambda kv: -sum(kv[1].values())):
+        total = sum(stacks.values())
+        profiles.append({"type": "sampled", "name": f"PID {pid} thread {tid} {names.get(tid, '')}".rstrip(),
+                         "unit": "microseconds", "startValue": 0, "endValue": total,
+                         "samples": [list(ids) for ids in stacks], "weights": list(stacks.values())})
+    shared = [_frame(frames.get(i, "?")) for i in range(max(frames, default=-1) + 1)]
+    return {"$schema": SPEEDSCOPE_SCHEMA, "shared": {"frames": shared}, "profiles": profiles,
+            "name": f"rlscope-top: PID {meta['pid']} {meta.get('cmd', '')[:60]}", "activeProfileIndex": 0,
+            "exporter": "rlscope-top"}
+
+
+def _frame(text: str) -> dict:
+    """austin's ``/path/file.py:function`` as a speedscope frame."""
+    path, sep, func = text.rpartition(":")
+    return {"name": func, "file": path} if sep else {"name": text}
+
+
 def csv_text(records: list[dict]) -> str:
     """One row per counters record, process and category (cumulative since attach)."""
     meta = next(r for r in records if r.get("t") == R.META)
@@ -210,6 +253,8 @@ def run(path: str, fmt: str, out: str) -> int:
         perfetto(records, buf)
         write_atomic(out, buf.getvalue())
     else:
-        write_atomic(out, json.dumps(chrome(records)) if fmt == "chrome" else csv_text(records))
+        render = {"chrome": lambda: json.dumps(chrome(records)), "speedscope": lambda: json.dumps(speedscope(records)),
+                  "csv": lambda: csv_text(records)}[fmt]
+        write_atomic(out, render())
     print(f"rlscope-top: {fmt} export written to {out}")
     return 0

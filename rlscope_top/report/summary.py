@@ -291,6 +291,8 @@ def build(acct: Accounting, *, ring_path: str = "", dropped: int = 0, detach_s: 
         "sources": _sources(acct),
         "notes": [n["msg"] for n in acct.notes],
     }
+    if "simulation_split" in main and doc["sources"]["simulator_s"] == "unavailable":
+        doc["sources"]["simulator_s"] = "operations"     # Python time in simulation operations, no probes
     gpu_summary.apply(doc, acct)     # gpu_s, overlap_s, per-operation GPU figures, `gpu`
     _hide_unknown(doc)
     return doc
@@ -506,13 +508,14 @@ def _render_processes(summary: dict, console: Console) -> None:
     if len(procs) < 2:
         return
     table = Table(title="processes", title_justify="left", show_edge=False, pad_edge=False)
-    for col in ("pid", "role", "Sim", "Python", "Backend", "waiting", "calls", "waits on (main thread)"):
+    for col in ("pid", "role", "Sim", "Python at work", "Backend", "waiting", "calls", "waits on (main thread)"):
         table.add_column(col, justify="left" if col in ("role", "waits on (main thread)") else "right")
     for p in procs:
         t = p["totals"]
         waits = ", ".join(f"{_wait_short(w)} {100 * w['share']:.0f}%" for w in (p.get("waits_for") or [])[:2])
         table.add_row(str(p["pid"]), p["role"] + (" (exited)" if p["exited"] else ""), _fmt(t.get("simulator_s")),
-                      _fmt(t.get("python_s")), _fmt(t.get("backend_s")), _fmt(p.get("waiting_s")),
+                      _fmt(P.python_at_work(t.get("python_s"), p.get("waiting_s"))), _fmt(t.get("backend_s")),
+                      _fmt(p.get("waiting_s")),
                       _fmt(sum(v or 0 for v in p["calls"].values())), waits)
     console.print(table)
 

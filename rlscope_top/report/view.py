@@ -12,6 +12,7 @@ import time
 
 from . import gpu_summary
 from . import summary as S
+from ..account import processes as P
 from ..account.accounting import Accounting
 from ..ring.ring import RingReader
 from ..vocab import ALL_OP, CATEGORIES, LABELS
@@ -53,13 +54,15 @@ def _shares(tot: dict) -> tuple[dict, float]:
 
 
 def _process_row(p: dict) -> dict:
-    """One row of the processes table."""
+    """One row of the processes table: its Python column is Python at work, its waiting apart
+    (the two add up to the process's Python time in its categories)."""
     t = p["totals"]
     return {"pid": p["pid"], "role": p["role"], "command": p["command"], "exited": p["exited"],
             "python": p["python"], "on_cpu_s": t.get("on_cpu_s"), "off_cpu_s": t.get("off_cpu_s"),
             "waiting_s": p.get("waiting_s"), "native_cpu_s": (p.get("cpu_s") or {}).get("native"),
             "calls": sum(v or 0 for v in p["calls"].values()), "waits_for": p.get("waits_for") or [],
-            **{f"{c}_s": t.get(f"{c}_s") for c in CATEGORIES}}
+            **{f"{c}_s": t.get(f"{c}_s") for c in CATEGORIES}, "python_s": P.python_at_work(t.get("python_s"), p.get("waiting_s"))}
+
 
 
 class ViewModel:

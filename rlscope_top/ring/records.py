@@ -8,6 +8,7 @@ from __future__ import annotations
 
 FORMAT = 1
 META, COUNTERS, INTERVALS, NOTE, END, MODE, EVENTS = "meta", "ctr", "iv", "note", "end", "mode", "ev"
+STACKS = "stk"
 
 
 def seconds(ns: float) -> float:
@@ -140,3 +141,10 @@ def mode(ts: int, category: str, new_mode: str, overhead_pct: float, budget_pct:
 def events(items: list[list]) -> dict:
     """Timeline events (``--timeline``): [ts, tid, enter|exit|on|off|new|gone, category]."""
     return {"t": EVENTS, "items": items}
+
+
+def stacks(ts: int, frames: list[list], items: list[list]) -> dict:
+    """Sampled stacks since the previous such record (recordings only, never the ring):
+    ``frames`` new interned frames ``[[id, "file:function"]]``; ``items``
+    ``[[pid, tid, [frame ids, outermost first], microseconds]]``."""
+    return {"t": STACKS, "ts": ts, "frames": frames, "items": items}
