@@ -155,6 +155,8 @@ def _recording_args(sub) -> None:
     rp = sub.add_parser("replay", help="a recording (--record FILE): its summary, or the live screen played back")
     rp.add_argument("recording", metavar="FILE")
     rp.add_argument("--headless", action="store_true", help="print the summary instead of opening the screen")
+    rp.add_argument("--from", dest="from_s", type=_positive, metavar="S",
+                    help="start S seconds into the session: the figures of the window from there")
     rp.add_argument("--to", type=_positive, metavar="S", help="stop S seconds into the session")
     rp.add_argument("--summary", metavar="FILE", help="also write the summary JSON to FILE")
     rp.add_argument("--speed", type=_speed, default=1.0, metavar="X",
@@ -265,7 +267,10 @@ def _dispatch(ns: argparse.Namespace) -> int:
         return symbols(ns.lib, ns.pattern, ns.pid, ns.json)
     if ns.cmd == "replay":
         from .commands.replay import run as replay  # noqa: PLC0415
-        return replay(ns.recording, headless=ns.headless, to_s=ns.to, summary_path=ns.summary,
+        if ns.from_s and ns.to and ns.from_s >= ns.to:
+            raise UsageError(f"replay: --from {ns.from_s:g} is not before --to {ns.to:g}",
+                             hint="the window is --from S1 --to S2 with S1 < S2 (seconds into the session)")
+        return replay(ns.recording, headless=ns.headless, window=(ns.from_s, ns.to), summary_path=ns.summary,
                       speed=ns.speed, interval_s=ns.interval)
     if ns.cmd == "export":
         from .report.export import run as export  # noqa: PLC0415

@@ -15,7 +15,7 @@ from rlscope_top.errors import EXIT_RECORDING, EXIT_USAGE, RecordingError
 from rlscope_top.ring import recording
 from rlscope_top.ring import records as R
 from rlscope_top.ring.ring import RingWriter
-from streams import tree_stream
+from streams import MS, tree_stream
 from test_cli_errors import assert_clean_error, run_cli
 
 
@@ -136,7 +136,7 @@ async def test_replay_screen_plays_the_recording(tmp_path):
     from rlscope_top.tui.app import RlscopeApp
 
     path, _ = _record(tmp_path, tree_stream())
-    play = Playback(str(path), None, speed=0)
+    play = Playback(str(path), (None, None), speed=0)
     try:
         app = RlscopeApp(play.ring_path, str(tmp_path / "s.json"), clock=lambda: 1000.0, pid=play.recording.pid)
         async with app.run_test(size=(140, 48)) as pilot:
@@ -178,7 +178,7 @@ def test_speedscope_export_of_recorded_stacks_validates(tmp_path):
     stk = R.stacks(10, [[0, "/t.py:<module>"], [1, "/t.py:python_phase"], [2, "/t.py:sim"]],
                    [[42, 42, [0, 1], 23_000], [42, 42, [0, 2], 1009], [50, 50, [0], 7]])
     doc = speedscope([*tree_stream(), stk])
-    schema = json.loads((Path(__file__).parent / "data" / "speedscope-file-format.schema.json").read_text())
+    schema = json.loads((Path(__file__).parent / "data" / "speedscope-file-format-schema.json").read_text())
     jsonschema.validate(doc, schema)
     main = doc["profiles"][0]
     assert main["name"].startswith("PID 42 thread 42") and main["endValue"] == 24_009
@@ -188,3 +188,126 @@ def test_speedscope_export_of_recorded_stacks_validates(tmp_path):
         jsonschema.validate(bad, schema)
     with pytest.raises(RecordingError, match="no sampled stacks"):
         speedscope(tree_stream())
+
+
+@pytest.mark.anyio
+async def test_replay_keys_pause_seek_and_speed(tmp_path):
+    from rlscope_top.commands.replay import Playback
+    from rlscope_top.tui.app import RlscopeApp
+
+    path, _ = _record(tmp_path, tree_stream())          # counters at 0.0 s and 1.5 s of the session
+    play = Playback(str(path), (None, None), speed=0)            # at the end
+    header = lambda: str(app.query_one("#header").render())   # noqa: E731
+
+    async def settle(pilot, want_rows: int) -> int:
+        for _ in range(60):
+            await pilot.pause(0.05)
+            app.refresh_view()
+            if app.query_one("#procs").row_count == want_rows:
+                break
+        return app.query_one("#procs").row_count
+
+    try:
+        app = RlscopeApp(play.ring_path, str(tmp_path / "s.json"), clock=lambda: 1000.0, pid=play.recording.pid,
+                         player=play)
+        async with app.run_test(size=(140, 48)) as pilot:
+            assert await settle(pilot, 3) == 3
+            assert "replay 1.5/1.5 s x1" in header()
+            await pilot.press("space")                      # pause
+            await pilot.press("left_square_bracket")        # back 10 s: to the start
+            assert await settle(pilot, 1) == 1              # the first counters knew the main process only
+            assert not app.query_one("#procs").has_class("show")
+            assert "replay 0.0/1.5 s x1 ||" in header() and play.generation == 1
+            await pilot.press("plus")
+            await pilot.press("right_square_bracket")       # forward: the end again
+            assert await settle(pilot, 3) == 3
+            assert "replay 1.5/1.5 s x2" in header()
+            await pilot.press("question_mark")
+            await pilot.pause()
+            assert "play / pause" in str(app.screen.query_one("#help").render())
+    finally:
+        play.close()
+
+
+def _gpu_stream() -> list[dict]:
+    """A recorded session with a launching thread and GPU activity made here (no GPU: the
+    records are what the collector writes from CUPTI and NVML, docs/ring-format.md)."""
+    from rlscope_top.ring import gpu_records as G
+
+    stream = tree_stream()
+    t0 = stream[0]["t0"]
+    ev = R.events([[t0, 42, "on", 0], [t0 + 10_000_000, 42, "enter", 3], [t0 + 10_020_000, 42, "exit", 3]])
+    kernels = [G.activity(G.KERNEL, t0 + 11_000_000 + i * 1_000_000, t0 + 11_500_000 + i * 1_000_000, 0, 7, 100 + i,
+                          42, t0 + 10_000_000, "<none>", 5) for i in range(23)]
+    kernels.append(G.activity(G.MEMCPY, t0 + 40_000_000, t0 + 40_200_000, 0, 9, 200, 0, 0, "<none>", 4096))
+    nvml = G.nvml(t0 + 50_000_000, 0, "H100", util=[[t0 + 20_000_000, 41], [t0 + 40_000_000, 97]])
+    return [stream[0], ev, G.gpu(kernels, {5: "gemm_kernel"}), nvml, *stream[1:]]
+
+
+def test_timeline_exports_draw_gpu_streams_flows_and_nvml():
+    import io
+    import json
+
+    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TrackEvent
+
+    from rlscope_top.report.export import chrome, perfetto
+
+    records = _gpu_stream()
+    doc = chrome(records)
+    k = [e for e in doc["traceEvents"] if e.get("cat") == "gpu"]
+    assert len(k) == 24 and sum(e["dur"] for e in k if e["name"] == "gemm_kernel") == pytest.approx(23 * 500)
+    assert {e["tid"] for e in k} == {7, 9}
+    assert len([e for e in doc["traceEvents"] if e.get("ph") == "s" and e["tid"] == 42]) == 23
+    assert [e["args"]["util"] for e in doc["traceEvents"] if e.get("ph") == "C"] == [41, 97]
+    buf = io.BytesIO()
+    perfetto(records, buf)
+    trace = Trace()
+    trace.ParseFromString(buf.getvalue())
+    names = {pk.track_descriptor.uuid: pk.track_descriptor.name for pk in trace.packet if pk.HasField("track_descriptor")}
+    begins, opened, ended, counters = {}, [], [], []
+    for pk in trace.packet:
+        e = pk.track_event
+        if not pk.HasField("track_event"):
+            continue
+        if e.type == TrackEvent.TYPE_SLICE_BEGIN and "stream" in names[e.track_uuid]:
+            begins[e.track_uuid] = pk.timestamp
+            ended += list(e.terminating_flow_ids)
+        elif e.type == TrackEvent.TYPE_SLICE_END and e.track_uuid in begins:
+            opened.append((names[e.track_uuid], pk.timestamp - begins.pop(e.track_uuid)))
+        elif e.type == TrackEvent.TYPE_COUNTER:
+            counters.append(e.double_counter_value)
+    assert sum(d for n, d in opened if n == "GPU 0 stream 7") == 23 * 500_000
+    assert sorted(ended) == list(range(100, 123)) and counters == [41.0, 97.0]
+    started = [f for pk in trace.packet if pk.track_event.type == TrackEvent.TYPE_INSTANT for f in pk.track_event.flow_ids]
+    assert sorted(started) == sorted(ended)
+
+
+def test_a_window_from_s_is_the_counters_growth_since_it_opened(tmp_path):
+    """stream(): counters at 0.5 s (main 0.3+0.1 s Python, 23 torch calls) and 2.0 s (0.6+0.2 s,
+    1009 calls). --from 1 opens at the 0.5 s counters: 1.5 s, 986 calls, less the 0.7 s counted by then."""
+    from rlscope_top.commands.replay import summary_of
+    from streams import ops_stream
+
+    path, _ = _record(tmp_path, ops_stream())
+    whole, late = summary_of(str(path)), summary_of(str(path), (1.0, None))
+    assert late["totals"]["wall_s"] == pytest.approx(1.5)
+    assert late["calls"]["backend"] == 1009 - 23 and late["transitions"]["python->backend"] == 1009 - 23
+    assert late["calls"]["simulator"] == 23 - 7
+    main, main0 = (next(th for th in s["threads"] if th["tid"] == 42) for s in (late, whole))
+    # its 0.7 s of counted time at 0.5 s (0.3+0.1 Python, 0.2 Backend, 0.1 Simulator) left out
+    assert main["on_cpu_s"] + main["off_cpu_s"] == pytest.approx(main0["on_cpu_s"] + main0["off_cpu_s"] - 0.7)
+    assert main["simulator_s"] == pytest.approx(main0["simulator_s"] - 0.1)
+    # threads and operations first counted after the window opened are in it
+    assert {th["tid"] for th in late["threads"]} == {th["tid"] for th in whole["threads"]}
+    assert set(late["operations"]) == set(whole["operations"]) >= {"inference", "env"}
+    assert recording.since(ops_stream(), 10_000 * MS) is None           # nothing after it
+    assert recording.since(ops_stream(), 0) == ops_stream()            # before the first counters: all
+
+
+@pytest.mark.parametrize("args, code, words", [
+    (("--from", "3", "--to", "2"), EXIT_USAGE, "--from 3 is not before --to 2"),
+    (("--from", "60"), EXIT_RECORDING, "no counters after --from 60 s"),
+])
+def test_replay_window_errors(tmp_path, args, code, words):
+    path, _ = _record(tmp_path, tree_stream())
+    assert_clean_error(run_cli("replay", str(path), "--headless", *args), code, words)

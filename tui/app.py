@@ -44,6 +44,9 @@ Bars: █ Python  ▒ Simulator  ▓ Backend  ░ CUDA API  ▞ GPU
 Sources: exact (probes), estimated (overhead budget), n/a (not measured)"""
 
 
+REPLAY_KEYS = "  space  play / pause    [ ]  back / forward 10 s    + -  faster / slower"
+
+
 def stacked_bar(shares: dict, width: int) -> Text:
     """A bar split by category share, coloured and patterned."""
     out, used = Text(), 0
@@ -122,8 +125,12 @@ class HelpScreen(ModalScreen):
 
     BINDINGS = [Binding("escape,q,question_mark", "app.pop_screen", "close")]
 
+    def __init__(self, text: str = ""):
+        super().__init__()
+        self.text = text
+
     def compose(self) -> ComposeResult:
-        yield Static(HELP, id="help")
+        yield Static(self.text or HELP, id="help")
 
 
 class ConfirmScreen(ModalScreen[bool]):
@@ -170,12 +177,20 @@ class RlscopeApp(App):
         Binding("r", "reset", "Reset"),
         Binding("f", "scope", "Process"),
         Binding("g", "gpu", "GPU timing"),
+        Binding("space", "play", "Play/pause"),
+        Binding("left_square_bracket", "seek(-10)", "-10s"),
+        Binding("right_square_bracket", "seek(10)", "+10s"),
+        Binding("plus", "speed(2)", "Faster", show=False),
+        Binding("minus", "speed(0.5)", "Slower", show=False),
         Binding("question_mark", "help", "Help"),
     ]
 
     def __init__(self, ring_path: str, summary_path: str, interval_s: float = 1.0, clock=time.monotonic,
-                 write_on_quit: bool = True, request_gpu=None, pid: int | None = None):
+                 write_on_quit: bool = True, request_gpu=None, pid: int | None = None, player=None):
         super().__init__()
+        self.player = player                 # replay: status(), toggle(), scale_speed(), seek(), generation, ring_path
+        self._clock = clock
+        self._generation = getattr(player, "generation", 0)
         self.pid = pid                       # known before the ring says it (attach in progress)
         self.request_gpu = request_gpu       # attach sessions: ask the collector to inject the GPU agent
         self.write_on_quit = write_on_quit   # False when the session writes the final summary itself
@@ -225,6 +240,9 @@ class RlscopeApp(App):
             pass
 
     def _refresh(self) -> None:
+        if self.player is not None and self.player.generation != self._generation:   # sought back: a new ring
+            self._generation = self.player.generation
+            self.vm = ViewModel(self.player.ring_path, clock=self._clock)
         try:
             self.vm.poll()
         except Exception as e:  # a vanished or corrupt ring must not freeze the screen
@@ -260,7 +278,8 @@ class RlscopeApp(App):
         job = f"+{len(procs) - 1} processes  " if len(procs) > 1 else ""
         scope = f"[categories: PID {s['scope']['pid']} {s['scope']['role']}]  " if s.get("scope") else ""
         line1 = Text.assemble(("rlscope-top ", "bold"), f"pid {s['pid']} {job} ", (scope, "bold"), (cmd, "italic"))
-        line2 = (f"up {s['uptime_s']:.0f}s  probes: {', '.join(s['groups']) or 'none yet'}  modes: {modes}  "
+        line2 = (f"{self.player.status() + '  ' if self.player is not None else ''}"
+                 f"up {s['uptime_s']:.0f}s  probes: {', '.join(s['groups']) or 'none yet'}  modes: {modes}  "
                  f"overhead {s['overhead_pct']:.1f}% (now {s['overhead_now_pct']:.1f}%)"
                  f"{'' if s['calibrated'] else ' (uncalibrated)'}  "
                  f"drops {s['dropped']}{'  [paused]' if self.paused else ''}")
@@ -401,11 +420,29 @@ class RlscopeApp(App):
         self.refresh_view()
 
     def action_help(self) -> None:
-        self.push_screen(HelpScreen())
+        self.push_screen(HelpScreen(HELP.replace("  ?  this help", REPLAY_KEYS + "\n  ?  this help")
+                                    if self.player is not None else HELP))
 
     def check_action(self, action: str, parameters: tuple) -> bool | None:
-        """The GPU key exists only where the screen runs beside its collector (not `view`)."""
-        return self.request_gpu is not None if action == "gpu" else True
+        """The GPU key exists only where the screen runs beside its collector (not `view`);
+        the playback keys only in `replay`."""
+        if action == "gpu":
+            return self.request_gpu is not None
+        if action in ("play", "seek", "speed"):
+            return self.player is not None
+        return True
+
+    def action_play(self) -> None:
+        self.player.toggle()
+        self.refresh_view()
+
+    def action_seek(self, seconds: float) -> None:
+        self.player.seek(seconds)
+        self.refresh_view()
+
+    def action_speed(self, factor: float) -> None:
+        self.player.scale_speed(factor)
+        self.refresh_view()
 
     def action_gpu(self) -> None:
         """Offer to inject the GPU agent; the collector does it (and says how it went)."""

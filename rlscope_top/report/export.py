@@ -20,6 +20,7 @@ import json
 
 from ..account.engine import Engine
 from ..errors import RecordingError
+from ..ring import gpu_records as G
 from ..ring import recording
 from ..ring import records as R
 from ..vocab import CATEGORIES, LABELS
@@ -38,6 +39,8 @@ class Spans:
     processes: dict[int, str]
     threads: dict[int, tuple[int, str]]       # tid -> (pid, name)
     meta: dict
+    gpu: list[tuple] = dataclasses.field(default_factory=list)        # (device, stream, name, t0, t1, tid, launch_ts, corr)
+    counters: list[tuple] = dataclasses.field(default_factory=list)   # (device, series, ts, value): NVML, %
 
 
 def spans(records: list[dict]) -> Spans:
@@ -68,16 +71,22 @@ def spans(records: list[dict]) -> Spans:
 
     engine = Engine(meta["t0"], meta.get("tids0", []), on_slice=on_slice)
     n_events = 0
+    gpu, counters, kernel_names = [], [], {}
     for r in records:
-        if r.get("t") == R.EVENTS:
+        if r.get("t") == G.GPU:
+            kernel_names.update(r.get("names") or {})
+            gpu += [_activity(a, kernel_names) for a in r["items"]]
+        elif r.get("t") == G.NVML:
+            counters += [(r["dev"], k, ts, v) for k in ("util", "mem_util", "sm_active") for ts, v in r.get(k) or ()]
+        elif r.get("t") == R.EVENTS:
             for ts, tid, kind, cat in r["items"]:
                 engine.add(ts, tid, kind, cat)
                 n_events += 1
             engine.advance()
         elif r.get("t") == R.INTERVALS:
             out += [(pid_of.get(tid, meta["pid"]), tid, name, kind, t0, t1) for tid, kind, name, t0, t1 in r["items"]]
-    if not n_events:
-        raise RecordingError("the recording has no timeline events to draw slices from",
+    if not n_events and not gpu:
+        raise RecordingError("the recording has no timeline events or GPU activity to draw slices from",
                              hint="record with --timeline (rlscope-top PID --timeline --record FILE)")
     end = max((r["ts"] for r in records if "ts" in r), default=engine.applied_until)
     engine.advance(final_ts=max(end, engine.applied_until))
@@ -85,7 +94,18 @@ def spans(records: list[dict]) -> Spans:
         close(tid, last)
     procs, names = _names(records, meta)
     threads = {tid: (pid, names.get(tid, "") or str(tid)) for tid, pid in pid_of.items()}
-    return Spans(out, procs, threads, meta)
+    return Spans(out, procs, threads, meta, gpu, counters)
+
+
+def _activity(a: list, names: dict) -> tuple:
+    """A GPU activity as (device, stream, name, start, end, tid, launch_ts, corr)."""
+    kind = a[G.KIND]
+    name = (names.get(a[G.DETAIL]) or names.get(str(a[G.DETAIL])) or f"kernel {a[G.DETAIL]}") if kind == G.KERNEL \
+        else {G.MEMCPY: "memcpy", G.MEMSET: "memset"}.get(kind, kind) + f" {a[G.DETAIL]} B"
+    return (a[G.DEVICE], a[G.STREAM], name, a[G.START], a[G.END], a[G.TID], a[G.LAUNCH], a[G.CORR])
+
+
+GPU_PID = 1 << 30        # chrome: device d is process GPU_PID + d, its streams are its threads
 
 
 def chrome(records: list[dict]) -> dict:
@@ -97,8 +117,26 @@ def chrome(records: list[dict]) -> dict:
            for tid, (pid, name) in sp.threads.items()]
     ev += [{"name": name, "cat": cat, "ph": "X", "ts": t0 / 1e3, "dur": (t1 - t0) / 1e3, "pid": pid, "tid": tid}
            for pid, tid, name, cat, t0, t1 in sp.slices]
+    ev += _chrome_gpu(sp)
     return {"traceEvents": ev, "displayTimeUnit": "ms",
             "otherData": {"source": "rlscope-top", "pid": sp.meta["pid"], "command": sp.meta.get("cmd", "")}}
+
+
+def _chrome_gpu(sp: Spans) -> list[dict]:
+    """GPU kernels per device and stream, a flow from each launching thread, NVML counters."""
+    ev = [{"name": "process_name", "ph": "M", "pid": GPU_PID + d, "args": {"name": f"GPU {d}"}}
+          for d in sorted({g[0] for g in sp.gpu} | {c[0] for c in sp.counters})]
+    for dev, stream, name, t0, t1, tid, launch, corr in sp.gpu:
+        ev.append({"name": name, "cat": "gpu", "ph": "X", "ts": t0 / 1e3, "dur": (t1 - t0) / 1e3,
+                   "pid": GPU_PID + dev, "tid": stream})
+        if tid and launch:
+            pid = sp.threads.get(tid, (sp.meta["pid"], ""))[0]
+            ev.append({"name": "launch", "cat": "flow", "ph": "s", "id": corr, "ts": launch / 1e3, "pid": pid, "tid": tid})
+            ev.append({"name": "launch", "cat": "flow", "ph": "f", "bp": "e", "id": corr, "ts": t0 / 1e3,
+                       "pid": GPU_PID + dev, "tid": stream})
+    ev += [{"name": f"NVML {series} %", "ph": "C", "ts": ts / 1e3, "pid": GPU_PID + dev, "args": {series: v}}
+           for dev, series, ts, v in sp.counters]
+    return ev
 
 
 def perfetto(records: list[dict], out) -> None:
@@ -144,18 +182,61 @@ def perfetto(records: list[dict], out) -> None:
         track = uuid_of.get(tid) if cat in CATEGORIES else RANGE_TRACK | tid
         marks.append((t0, 1, track, name, cat))
         marks.append((t1, 0, track, name, cat))
-    for ts, begin, track, name, cat in sorted(marks):        # ends before begins at the same instant
+    marks += _perfetto_gpu(sp, b, packet, uuid_of)
+    for ts, begin, track, name, cat, *flow in sorted(marks, key=lambda m: m[:3]):   # ends first at one instant
         if track is None:
             continue
         pk = packet()
         pk.timestamp = ts
         ev = pk.track_event
         ev.track_uuid = track
-        ev.type = TrackEvent.TYPE_SLICE_BEGIN if begin else TrackEvent.TYPE_SLICE_END
+        ev.type = TrackEvent.TYPE_SLICE_BEGIN if begin == 1 else TrackEvent.TYPE_SLICE_END if begin == 0 \
+            else TrackEvent.TYPE_INSTANT
         if begin:
             ev.name = name
             ev.categories.append(cat)
+        if flow and flow[0]:
+            (ev.flow_ids if begin == 2 else ev.terminating_flow_ids).append(flow[0])
         b.write_packet(pk)
+    for dev, series, ts, v in sp.counters:
+        pk = packet()
+        pk.timestamp = ts
+        pk.track_event.track_uuid = _counter_uuid(dev, series)
+        pk.track_event.type = TrackEvent.TYPE_COUNTER
+        pk.track_event.double_counter_value = float(v)
+        b.write_packet(pk)
+
+
+GPU_TRACK, COUNTER_TRACK = 2 << 40, 3 << 40     # perfetto: GPU stream and NVML counter track uuids
+_SERIES = ("util", "mem_util", "sm_active")
+
+
+def _counter_uuid(dev: int, series: str) -> int:
+    return COUNTER_TRACK | dev << 8 | _SERIES.index(series)
+
+
+def _perfetto_gpu(sp: Spans, b, packet, uuid_of: dict) -> list[tuple]:
+    """Track descriptors for each GPU stream and NVML series; the kernels' begin/end marks
+    (the begin ends the launch's flow) and an instant that starts it on the launching thread."""
+    for dev, stream in sorted({(g[0], g[1]) for g in sp.gpu}):
+        pk = packet()
+        pk.track_descriptor.uuid = GPU_TRACK | dev << 32 | stream
+        pk.track_descriptor.name = f"GPU {dev} stream {stream}"
+        b.write_packet(pk)
+    for dev, series in sorted({(c[0], c[1]) for c in sp.counters}):
+        pk = packet()
+        pk.track_descriptor.uuid = _counter_uuid(dev, series)
+        pk.track_descriptor.name = f"GPU {dev} NVML {series} %"
+        pk.track_descriptor.counter.unit_name = "%"
+        b.write_packet(pk)
+    marks = []
+    for dev, stream, name, t0, t1, tid, launch, corr in sp.gpu:
+        track = GPU_TRACK | dev << 32 | stream
+        flow = corr if tid in uuid_of and launch else 0
+        marks += [(t0, 1, track, name, "gpu", flow), (t1, 0, track, name, "gpu", 0)]
+        if flow:
+            marks.append((launch, 2, uuid_of[tid], "launch", "cuda", flow))
+    return marks
 
 
 def _thread_pids(records: list[dict], main_pid: int) -> dict[int, int]:

@@ -185,12 +185,12 @@ def _frames(data: bytes, pos: int, pid: int) -> Recording:
     return Recording(pid, records, fin_rec, problem)
 
 
-def load(path: str, to_s: float | None = None) -> tuple[Recording, list[dict]]:
-    """A recording and its records up to ``to_s`` seconds into the session (all: None); a
-    damaged tail is said on stderr and the records before it are used.
+def load(path: str, to_s: float | None = None, from_s: float | None = None) -> tuple[Recording, list[dict]]:
+    """A recording and its records from ``from_s`` to ``to_s`` seconds into the session (None:
+    its start, its end); a damaged tail is said on stderr and the records before it are used.
 
     Raises:
-        RecordingError: unreadable, or no session start (meta record) in it.
+        RecordingError: unreadable, no session start (meta record) in it, or nothing in the window.
     """
     rec = read(path)
     if rec.problem:
@@ -199,7 +199,105 @@ def load(path: str, to_s: float | None = None) -> tuple[Recording, list[dict]]:
     if meta is None:
         raise RecordingError(f"{path} has no session start (meta record)",
                              hint="the session ended before it attached: record it again")
-    if to_s is None:
-        return rec, rec.records
-    limit = meta["t0"] + int(to_s * 1e9)
-    return rec, [r for r in rec.records if r.get("t") == R.META or r.get("ts", 0) <= limit]
+    records = rec.records
+    if to_s is not None:
+        limit = meta["t0"] + int(to_s * 1e9)
+        records = [r for r in records if r.get("t") == R.META or r.get("ts", 0) <= limit]
+    if from_s:
+        records = since(records, meta["t0"] + int(from_s * 1e9))
+        if records is None:
+            raise RecordingError(f"{path} has no counters after --from {from_s:g} s (or before --to)",
+                                 hint="give a window inside the session: `replay --headless` prints its length")
+    return rec, records
+
+
+# What grows in a counters record (docs/ring-format.md): a window's figure is its growth since
+# the window opened. Names, flags and rates stand as they are.
+_GROWS = frozenset(("ns", "trans", "calls", "oh", "fw", "ticks", "sw", "pre", "samples", "samples_incl",
+                    "samples_total", "nested", "hits", "target_sys_s", "target_cpu_s", "monitor_cpu_s",
+                    "idle_cpu_s", "busy_cpu_s", "invalid", "cpu_s"))
+_GPU_GROWS = frozenset(("all", "ops", "devices", "overlap", "op_overlap", "sync"))
+
+
+def since(records: list[dict], start_ns: int) -> list[dict] | None:
+    """The records of a window that opens at the last counters at or before ``start_ns``: the
+    later counters less those (per thread, operation and process), the window's own events,
+    and the budget's modes in force when it opens. None when no counters follow."""
+    base = None
+    for r in records:
+        if r.get("t") == R.COUNTERS and r["ts"] <= start_ns:
+            base = r
+    if base is None:
+        return records
+    if not any(r.get("t") == R.COUNTERS and r["ts"] > base["ts"] for r in records):
+        return None
+    t0 = base["ts"]
+    gbase = next((r for r in reversed(records) if r.get("t") == G.TOTALS and r["ts"] <= t0), None)
+    modes = {r["category"]: r for r in records if r.get("t") == R.MODE and r["ts"] <= t0}
+    out = [{**m, "t0": t0} for m in records if m.get("t") == R.META]
+    out.append(_less(base, base))
+    out += [{**m, "ts": t0, "overhead_pct": 0} for m in modes.values()]    # in force, not a new step
+    for r in records:
+        t = r.get("t")
+        if t == R.META or _ts(r) <= t0:
+            continue
+        if t == R.COUNTERS:
+            r = _less(r, base)
+        elif t == G.TOTALS and gbase is not None:
+            r = {k: _minus(v, gbase.get(k)) if k in _GPU_GROWS else v for k, v in r.items()}
+        out.append(r)
+    return out
+
+
+def _ts(r: dict) -> int:
+    """A record's time; for a batch without its own (events, intervals, GPU activity), its last item's end."""
+    if "ts" in r:
+        return r["ts"]
+    last = (r.get("items") or [[]])[-1]
+    pos = {R.EVENTS: 0, R.INTERVALS: 4, G.GPU: 2}.get(r.get("t"))
+    return last[pos] if pos is not None and len(last) > pos else 1 << 62
+
+
+def _less(ctr: dict, base: dict) -> dict:
+    """A counters record less a baseline one: threads by tid, operations by id, processes by pid."""
+    out = {k: _minus(v, base.get(k)) if k in _GROWS else v for k, v in ctr.items()}
+    out["threads"] = _by_key(ctr["threads"], base["threads"], "tid")
+    if "ops" in ctr:
+        out["ops"] = _by_key(ctr["ops"], base.get("ops") or [], "id")
+    if "procs" in ctr:
+        old = {p["pid"]: p for p in base.get("procs") or []}
+        out["procs"] = [_less_proc(p, old.get(p["pid"]) or {}) for p in ctr["procs"]]
+    for k in ("cost", "sampler"):
+        if isinstance(ctr.get(k), dict):
+            out[k] = {kk: _minus(v, (base.get(k) or {}).get(kk)) if kk in _GROWS else v for kk, v in ctr[k].items()}
+    return out
+
+
+def _less_proc(p: dict, old: dict) -> dict:
+    out = dict(p)
+    if p.get("ops"):
+        out["ops"] = _by_key(p["ops"], old.get("ops") or [], "id")
+    if p.get("waits"):
+        then = {(w, peer): n for w, peer, n in old.get("waits") or ()}
+        out["waits"] = [[w, peer, n - then.get((w, peer), 0)] for w, peer, n in p["waits"]
+                        if n > then.get((w, peer), 0)]
+    return out
+
+
+def _by_key(now: list[dict], then: list[dict], key: str) -> list[dict]:
+    old = {x[key]: x for x in then}
+    return [{k: _minus(v, old[x[key]].get(k)) if k in _GROWS and x[key] in old else v for k, v in x.items()}
+            for x in now]
+
+
+def _minus(a, b):
+    """``a - b`` for numbers, and leaf by leaf for the lists and maps that hold them."""
+    if b is None or a is None or isinstance(a, (bool, str)):
+        return a
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return a - b
+    if isinstance(a, list) and isinstance(b, list):
+        return [_minus(x, b[i] if i < len(b) else None) for i, x in enumerate(a)]
+    if isinstance(a, dict) and isinstance(b, dict):
+        return {k: _minus(v, b.get(k)) for k, v in a.items()}
+    return a
