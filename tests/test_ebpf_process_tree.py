@@ -89,3 +89,30 @@ def test_no_children_counts_the_pid_alone(ebpf, target, monitor, simlib, tmp_pat
     assert [p["pid"] for p in s["processes"]] == [t.pid]
     # the parent maps torch but makes no call after attach, and never maps the simulator
     assert s["calls"]["backend"] == 0 and s["calls"]["simulator"] is None, s["calls"]
+
+
+def test_a_child_that_execs_a_native_program_counts_on_and_off_cpu(ebpf, target, monitor, tmp_path):
+    """Issue 13 (4): a child that execs sh (then sleep) is followed after attach, said once,
+    and counted as native on/off-CPU time, not Python; gone, it keeps its figures."""
+    go, done, truth = tmp_path / "go", tmp_path / "done", tmp_path / "truth"
+    t = target("native_child.py", go, done, truth, 1_000_003, 1.5)
+    m, summary = monitor(t.pid, "--headless")
+    go.touch()
+    wait_file(done, timeout=120)
+    time.sleep(1.2)                          # a tick or two after the child is reaped
+    stop(m)
+    s, want = load_summary(summary), json.loads(truth.read_text())
+    p = _by_pid(s)[want["pid"]]
+    assert not p["python"] and p["role"] == "native" and p["exited"], p
+    assert p["command"].startswith("sleep"), p                   # its last exec
+    assert not p["totals"].get("python_s"), p["totals"]
+    # its own CPU (rusage) and wall time, within 10% or 0.1 s: native on-CPU by where the tick
+    # found it (the shell's own code, the kernel), nothing in Python
+    assert p["cpu_s"]["python"] == 0, p["cpu_s"]
+    assert sum(v or 0 for v in p["cpu_s"].values()) == pytest.approx(want["cpu_s"], rel=0.10, abs=0.1), (p, want)
+    rows = [th for th in s["threads"] if th["pid"] == want["pid"]]
+    assert rows and all(not th["python_thread"] and th["python_s"] is None for th in rows), rows
+    on, off = sum(th["on_cpu_s"] for th in rows), sum(th["off_cpu_s"] for th in rows)
+    assert on == pytest.approx(want["cpu_s"], rel=0.10, abs=0.1) and off > 1.0, (rows, want)
+    assert on + off == pytest.approx(want["wall_s"], rel=0.10, abs=0.1), (rows, want)
+    assert any(f"PID {want['pid']}" in line and "does not run Python" in line for line in m.err), m.err
