@@ -1,0 +1,76 @@
+"""One profiled run, as the case studies take it: start a workload that says `ready` and waits
+for a go signal, attach `rlscope-top attach PID --headless` to it, give the go once the monitor
+says `attached`, and let the session end when the workload exits."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from typing import Callable
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PY = sys.executable
+
+
+def go_line(t: subprocess.Popen) -> None:
+    """The go signal of workloads that wait for a line on stdin (sb3_train.py, vec_collect.py)."""
+    t.stdin.write("\n")
+    t.stdin.flush()
+
+
+def own_seconds(out: str) -> float:
+    """The workload's own time for its measured part, from its `time S ...` line."""
+    return float(next(ln for ln in out.splitlines() if ln.startswith("time ")).split()[1])
+
+
+def unprofiled(argv: list[str], cwd: str | None = None) -> float:
+    """The workload alone: its own time for the measured part (go given at once)."""
+    t = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.DEVNULL, text=True)
+    wait_ready(t)
+    go_line(t)
+    out = t.stdout.read()
+    t.wait()
+    return own_seconds(out)
+
+
+def wait_ready(t: subprocess.Popen) -> None:
+    """Read the workload's stdout until its `ready` line (it fails loudly if the workload dies)."""
+    for line in t.stdout:
+        if line.startswith("ready"):
+            return
+    raise RuntimeError(f"the workload exited ({t.wait()}) before it was ready: {' '.join(t.args)}")
+
+
+def profiled(argv: list[str], go: Callable[[subprocess.Popen], None], summary: str, extra: tuple[str, ...] = (),
+             cwd: str | None = None) -> tuple[dict, str]:
+    """Run ``argv`` with rlscope-top attached from before its measured part to its exit.
+
+    Args:
+        argv: the workload's command line (it prints `ready`, then waits for ``go``).
+        go: starts the measured part (writes a go file, or a line on the workload's stdin).
+        summary: where the session writes its summary JSON.
+        extra: more `attach` options (e.g. ``("--max-overhead", "100")``).
+        cwd: the workload's working directory.
+
+    Returns:
+        (the summary, the workload's stdout after `ready`).
+    """
+    t = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.DEVNULL, text=True)
+    wait_ready(t)
+    m = subprocess.Popen([PY, "-m", "rlscope_top.cli", "attach", str(t.pid), "--headless", "--summary", summary,
+                          *extra], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    for line in m.stderr:
+        if "attached to PID" in line:
+            break
+    go(t)
+    out = t.stdout.read()
+    t.wait()
+    _, err = m.communicate(timeout=300)
+    if m.returncode:
+        raise RuntimeError(f"rlscope-top exited {m.returncode}: {err[-600:]}")
+    with open(summary) as f:
+        return json.load(f), out
