@@ -88,6 +88,11 @@ CUDA_DRIVER = [ProbeSpec("cuda-driver", _CUDA, s, CAT_CUDA, PAIR, s) for s in (
     "cuGraphLaunch",
 )]
 
+# Simulator engines with no probe set of their own: a thread the CPU-clock tick finds running in
+# their code is running the simulator (envpool's C++ engines step their envs on worker threads;
+# classic_control_envpool.so's CartPole has no entry point worth a probe).
+SIM_ENGINE_LIB = re.compile(r"_envpool\.so$")
+
 # any_lib: envpool links MuJoCo statically into its modules (mujoco_gym_envpool.so, ...).
 MUJOCO = [ProbeSpec("mujoco", _MUJOCO, s, CAT_SIM, PAIR, s, any_lib=True) for s in (
     "mj_step", "mj_step1", "mj_step2", "mj_forward", "mj_resetData",

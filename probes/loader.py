@@ -84,6 +84,7 @@ class ProbeSet(MapAccess):
         self._cfg_lock = threading.Lock()
         self._sop: dict[int, object] = {}        # tid -> the sampled-op history leaf we write
         self._sop_seq: dict[int, int] = {}
+        self._ranges_set: list[tuple[int, int, int]] | None = None   # what the tick's ranges map holds
         self._copies = StaticCopies(pid, frozenset(s.symbol for s in specs if s.any_lib))
 
     # -- lifecycle ---------------------------------------------------------

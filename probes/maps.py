@@ -117,8 +117,9 @@ class MapAccess:
 
     def category_ranges(self) -> list[tuple[int, int, int]]:
         """Executable mappings that belong to a probed category: each attached library and the
-        libraries beside it (torch/lib/*.so, nvidia/*/lib/*.so), so that a thread the probes do
-        not bracket (an intra-op pool, a simulator worker) is still seen to run there."""
+        libraries beside it (torch/lib/*.so, nvidia/*/lib/*.so), and simulator engines without
+        probes (catalog.SIM_ENGINE_LIB), so that a thread the probes do not bracket (an intra-op
+        pool, a simulator worker) is still seen to run there."""
         dirs: dict[str, int] = {}
         for a in self.attached:
             dirs.setdefault(os.path.dirname(a.path), a.spec.category)
@@ -126,12 +127,17 @@ class MapAccess:
         out = []
         for start, end, path in exec_ranges(self.pid):
             cat = exact.get(path, dirs.get(os.path.dirname(path)))
+            if cat is None and catalog.SIM_ENGINE_LIB.search(path):
+                cat = catalog.CAT_SIM
             if cat is not None and cat != catalog.CAT_PY:
                 out.append((start, end, cat))
         return out[:NRANGES]
 
     def set_ranges(self, ranges: list[tuple[int, int, int]]) -> None:
         """Tell the tick which address ranges belong to which category: (start, end, category)."""
+        if ranges == self._ranges_set:
+            return
+        self._ranges_set = ranges
         table = self.bpf["ranges"]
         for i, (a, b, cat) in enumerate(ranges[:NRANGES]):
             table[ct.c_int(i)] = table.Leaf(a, b, cat, 0)

@@ -63,3 +63,26 @@ def test_envpool_worker_thread_calls_reach_the_totals(ebpf, envpool_installed, t
     assert s["job"]["cpu_s"]["simulator"] > 0
     workers = [r for r in s["threads"] if not r["python_thread"]]
     assert workers and all(r["python_s"] is None for r in workers)
+
+
+def test_envpool_classic_control_threads_count_as_simulator_without_a_probe(ebpf, envpool_installed, target,
+                                                                            monitor, tmp_path):
+    """envpool's CartPole (classic_control_envpool.so) has no probe set: its worker threads are
+    seen running the simulator by the CPU-clock tick (catalog.SIM_ENGINE_LIB), not as native
+    time of no category (0.0 s of Simulator before)."""
+    go, done = tmp_path / "go", tmp_path / "done"
+    t = target("envpool_mujoco.py", "CartPole-v1", 20011, go, done)
+    m, summary = monitor(t.pid, "--max-overhead", "100")
+    go.touch()
+    wait_file(done, 60)
+    time.sleep(0.5)
+    assert stop(m) == 0, m.stderr_text
+    s = load_summary(summary)
+    assert "mujoco" not in s["probes"]["attached"]
+    workers = [r for r in s["threads"] if not r["python_thread"]]
+    assert sum(r["on_cpu_s"] > 0.1 for r in workers) >= 2, s["threads"]     # envpool's C++ threads at work
+    on = sum(r["on_cpu_s"] for r in workers)
+    sim = sum(r["on_cpu_s"] * (r["where"] or {}).get("simulator", 0) for r in workers)
+    # 31-37% of their ticks were in envpool's module, the rest in the kernel and libc (their queues)
+    assert sim >= 0.2 * on, workers
+    assert s["job"]["cpu_s"]["simulator"] == pytest.approx(sim, rel=0.05, abs=0.01), (s["job"], workers)

@@ -115,9 +115,9 @@ class Collector(OperationSources, BudgetLoop, RecordBuilder):
             self._last_scan = now
             self._find_annotations()
             if self.probes.scan():
-                self.probes.set_ranges(self.probes.category_ranges())
                 self.ring.write(self._meta())
                 self._last_meta = now
+            self.probes.set_ranges(self.probes.category_ranges())     # a library that maps no probe counts too
         if now - self._last_meta >= META_PERIOD_S:
             self._last_meta = now
             self.ring.write(self._meta())

@@ -40,7 +40,8 @@ def thread(*, tid: int, name: str, python: bool, exited: bool, ns: list, trans: 
     ``{"ns": [[on, off]], "calls": [], "trans": [] (python->backend), "oh": []}``;
     ``ticks`` the 250 Hz CPU-clock ticks that found the thread on a CPU, by where its
     instruction pointer was: indices 1-3 in the libraries of backend, simulator, cuda_api
-    (the probed ones and those beside them), 4 other user code, 5 the kernel (0 unused);
+    (the probed ones, those beside them, and simulator engines without probes such as
+    envpool's modules: catalog.SIM_ENGINE_LIB), 4 other user code, 5 the kernel (0 unused);
     ``sw`` how many times the thread was switched out (the scheduler probe runs each time);
     ``pre`` its off-CPU ns while still runnable (preempted: waiting for a CPU, not blocked).
     """

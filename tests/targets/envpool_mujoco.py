@@ -14,7 +14,7 @@ from common import counted
 task, n, go, done = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 env = envpool.make(task, env_type="gymnasium", num_envs=2, num_threads=2, seed=0)
 env.reset()
-action = np.zeros((2, *env.action_space.shape), dtype=np.float32)
+action = np.zeros((2, *env.action_space.shape), dtype=env.action_space.dtype)
 
 
 def body():
