@@ -266,9 +266,10 @@ class RlscopeApp(App):
     def _attaching(self) -> None:
         notes = [n["msg"] for n in self.vm.acct.notes]
         status = next((m for m in reversed(notes) if m.startswith("attaching")), "attaching")
-        elapsed = time.monotonic() - self.opened
+        # replay: where in the recording (the session was still attaching there), not the screen's age
+        when = self.player.status() if self.player is not None else f"[{time.monotonic() - self.opened:.0f}s]"
         line1 = Text.assemble(("rlscope-top ", "bold"), f"pid {self.pid or '?'}")
-        self.query_one("#header", Static).update(Text.assemble(line1, "\n", f"{status}  [{elapsed:.0f}s]"))
+        self.query_one("#header", Static).update(Text.assemble(line1, "\n", f"{status}  {when}"))
         self._banner("\n".join(n for n in notes if not n.startswith("attaching"))[-600:])
 
     def _header(self, s: dict) -> None:
