@@ -31,6 +31,7 @@
 #define EV_ON 7
 #define EV_OFF 8
 #define EV_NEW 9
+#define EV_OP 10                  // the thread's operation changed (cat: the new op id, 0 none)
 
 struct tstate {
     u64 last_ts;
@@ -255,8 +256,11 @@ static __always_inline void sop_sync(struct tstate *s, u64 now, u8 hint) {
         }
         if (e->ts > s->last_ts && e->ts < now)
             advance(s, e->ts, hint);
+        u32 before = cur_op(s);
         s->sop_cur = e->op;
         s->sop_seq = want;
+        if (cur_op(s) != before)
+            tl_emit(s->tid, s->tgid, s->last_ts, EV_OP, cur_op(s));
     }
 }
 
@@ -311,8 +315,11 @@ static __always_inline void ann_sync(struct tstate *s, u64 now) {
         }
         if (e.t > s->last_ts && e.t <= now)
             advance(s, e.t, RUN_ON);
+        u32 before = cur_op(s);
         s->aop = e.op;
         s->ann_seq = want;
+        if (cur_op(s) != before)
+            tl_emit(s->tid, s->tgid, s->last_ts, EV_OP, cur_op(s));
     }
 }
 

@@ -19,7 +19,7 @@ DRAIN_BUDGET_S = 0.1   # monitor time one drain of the event buffer may take
 NTICK = 6       # on-CPU ticks per thread: in a probed category's libraries (0-3), other user code, kernel
 NRANGES = 64    # executable mappings the tick can tell apart
 EV_RANGE_BEGIN, EV_RANGE_END, EV_THREAD_EXIT = 1, 2, 3
-EV_ENTER, EV_EXIT, EV_ON, EV_OFF, EV_NEW = 5, 6, 7, 8, 9
+EV_ENTER, EV_EXIT, EV_ON, EV_OFF, EV_NEW, EV_OP = 5, 6, 7, 8, 9, 10
 
 
 @dataclasses.dataclass

@@ -142,3 +142,48 @@ def test_speedscope_export_validates_and_weighs_the_python_phase(recorded):
     truth = py / (w1 - w0)
     print(f"speedscope: python_phase {ours:.3f} of the main thread's sampled time, truth {truth:.3f}")
     assert abs(ours - truth) <= 0.08, (ours, truth)
+
+
+def test_perfetto_export_draws_each_operation_as_the_target_timed_it(ebpf, target, monitor, tmp_path, simlib):
+    """Annotated operations become slices on each thread's `operations` track, one per stretch
+    the thread spent in it (flattened: the nested simulation splits its rollout in two), their
+    durations those of the target's own clock."""
+    from collections import Counter, defaultdict
+
+    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TrackEvent
+
+    cycles = 23
+    go, done, truth, rec = (tmp_path / n for n in ("go", "done", "truth.json", "ops.rlsrec"))
+    t = target("annotated_ops.py", simlib, go, done, truth, "--cycles", cycles, "--size", "64")
+    m, _ = monitor(t.pid, "--headless", "--sim-lib", f"{simlib}:sim_step", "--max-overhead", "100", "--timeline",
+                   "--record", str(rec))
+    go.touch()
+    wait_file(done, timeout=120)
+    assert m.finish(signal.SIGINT, timeout=60) == 0, m.stderr_text
+    out = tmp_path / "ops.pftrace"
+    p = _cli("export", str(rec), "--format", "perfetto", "-o", str(out))
+    assert p.returncode == 0, p.stderr
+    trace = Trace()
+    trace.ParseFromString(out.read_bytes())
+    names = {pk.track_descriptor.uuid: pk.track_descriptor.name for pk in trace.packet if pk.HasField("track_descriptor")}
+    opened, count, got = {}, Counter(), defaultdict(float)
+    for pk in trace.packet:
+        ev = pk.track_event
+        if not pk.HasField("track_event") or names.get(ev.track_uuid) != "operations":
+            continue
+        if ev.type == TrackEvent.TYPE_SLICE_BEGIN:
+            assert ev.track_uuid not in opened
+            opened[ev.track_uuid] = (pk.timestamp, ev.name)
+            count[ev.name] += 1
+        elif ev.type == TrackEvent.TYPE_SLICE_END:
+            t0, name = opened.pop(ev.track_uuid)
+            got[name] += (pk.timestamp - t0) / 1e9
+    assert count == {"rollout": 2 * cycles, "simulation": cycles, "inference": cycles, "train": cycles}, count
+    inclusive = defaultdict(float)
+    for what, op, a, b in json.loads(truth.read_text()):
+        if what == "op":
+            inclusive[op] += (b - a) / 1e9
+    want = {**inclusive, "rollout": inclusive["rollout"] - inclusive["simulation"]}   # flattened
+    print(f"operation slices {dict(got)} target's clock {want}")
+    for n in count:
+        assert got[n] == pytest.approx(want[n], rel=0.03), (n, got, want)

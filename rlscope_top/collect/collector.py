@@ -49,6 +49,7 @@ class Collector(OperationSources, BudgetLoop, RecordBuilder):
         self._exited = ExitedThreads(main_pid=pid)
         self._folded_note = False
         self._open: dict[int, list[tuple[str, int]]] = {}
+        self._op_open: dict[int, tuple[int, int]] = {}    # --timeline: tid -> (its operation, since)
         self._last_scan = self._last_meta = 0.0
         self.t0_ns = 0
         self.budget = Budget(max_overhead_pct)
@@ -157,6 +158,7 @@ class Collector(OperationSources, BudgetLoop, RecordBuilder):
         self._stop_operations()
         self._record_stacks()
         self._drain_events()
+        self._close_ops(frozen)
         self._write_counters(self._counters(frozen))
         for src in self.sources:
             src.finish(frozen)

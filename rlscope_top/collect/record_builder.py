@@ -110,6 +110,23 @@ class RecordBuilder:
                         fw={k: v for k, v in (tc.fw or {}).items() if k != "cur"} or None, ticks=tc.ticks,
                         switches=tc.switches, preempt_ns=tc.preempt_ns)
 
+    def _op_changed(self, tid: int, op: int, ts: int) -> list[list]:
+        """--timeline: a thread's operation changed at ``ts``; the one it left is an ``op`` interval."""
+        if op and op not in self.op_names and self.region is not None:
+            self._refresh_names()
+        left = self._op_open.pop(tid, None)
+        if op:
+            self._op_open[tid] = (op, ts)
+        if left is None:
+            return []
+        return [R.interval(tid, "op", self.op_names.get(left[0], (f"op#{left[0]}",))[0], left[1], ts)]
+
+    def _close_ops(self, ts: int) -> None:
+        """At the end: the operations still open are intervals up to ``ts``."""
+        items = [iv for tid in list(self._op_open) for iv in self._op_changed(tid, 0, ts)]
+        if items:
+            self.ring.write(R.intervals(items))
+
     def _drain_events(self) -> None:
         items, timeline = [], []
         for kind, ts, tid, name, cat in self.probes.events():
@@ -122,6 +139,8 @@ class RecordBuilder:
             elif kind == M.EV_RANGE_END and stack:
                 n, t0 = stack.pop()
                 items.append(R.interval(tid, "range", n, t0, ts))
+            elif kind == M.EV_OP:
+                items += self._op_changed(tid, cat, ts)
             elif kind == M.EV_THREAD_EXIT and self.probes.timeline:
                 timeline.append([ts, tid, "gone", 0])
         if items:

@@ -5,7 +5,8 @@ perfetto (protobuf, written with perfetto's own TracePacket protos) and chrome (
 Format JSON that chrome://tracing and ui.perfetto.dev load): one track per thread, grouped by
 process: a slice per span of one category, on or off CPU, replayed from the ``--timeline``
 events through the same engine the accounting uses (the slices of a thread sum to its counted
-time), and the annotated ranges as slices of their own.
+time), the annotated ranges and the operations (annotated or sampled, as the kernel applied
+them) as slices of their own, and GPU activity per device and stream.
 speedscope: the stack sampler's stacks, one sampled profile per thread, weighted by time.
 csv: one row per counters record (the collector's ticks), per process and category: cumulative
 on- and off-CPU seconds and calls.
@@ -28,6 +29,8 @@ from ..safe_files import write_atomic
 
 FORMATS = ("perfetto", "chrome", "speedscope", "csv")
 RANGE_TRACK = 1 << 40           # perfetto: a thread's ranges track is this | tid (threads: tid << 1)
+OP_TRACK = 4 << 40              # ... and its operations track this | tid
+CHILD_TRACKS = {"range": (RANGE_TRACK, "ranges"), "op": (OP_TRACK, "operations")}   # interval kind -> track
 
 
 @dataclasses.dataclass
@@ -170,16 +173,16 @@ def perfetto(records: list[dict], out) -> None:
         pk.track_descriptor.thread.tid = tid
         pk.track_descriptor.thread.thread_name = name
         b.write_packet(pk)
-    ranges = {tid for _, tid, _, cat, _, _ in sp.slices if cat not in CATEGORIES and tid in uuid_of}
-    for tid in ranges:          # ranges may straddle category spans: a child track of their own
+    children = {(tid, cat) for _, tid, _, cat, _, _ in sp.slices if cat in CHILD_TRACKS and tid in uuid_of}
+    for tid, kind in sorted(children):   # ranges and operations straddle category spans: tracks of their own
         pk = packet()
-        pk.track_descriptor.uuid = RANGE_TRACK | tid
+        pk.track_descriptor.uuid = CHILD_TRACKS[kind][0] | tid
         pk.track_descriptor.parent_uuid = uuid_of[tid]
-        pk.track_descriptor.name = "ranges"
+        pk.track_descriptor.name = CHILD_TRACKS[kind][1]
         b.write_packet(pk)
     marks = []
     for pid, tid, name, cat, t0, t1 in sp.slices:
-        track = uuid_of.get(tid) if cat in CATEGORIES else RANGE_TRACK | tid
+        track = uuid_of.get(tid) if cat in CATEGORIES else CHILD_TRACKS[cat][0] | tid if cat in CHILD_TRACKS else None
         marks.append((t0, 1, track, name, cat))
         marks.append((t1, 0, track, name, cat))
     marks += _perfetto_gpu(sp, b, packet, uuid_of)
