@@ -32,6 +32,13 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=120, cwd=str(REPO))
 
 
+def _export(rec, fmt: str, out):
+    """`rlscope-top export REC --format FMT -o OUT`, which must succeed; returns OUT."""
+    p = _cli("export", str(rec), "--format", fmt, "-o", str(out))
+    assert p.returncode == 0, p.stderr
+    return out
+
+
 def test_replay_headless_equals_the_sessions_summary(recorded):
     s, rec, tmp, t = recorded
     p = _cli("replay", str(rec), "--headless", "--summary", str(tmp / "replayed.json"))
@@ -56,9 +63,7 @@ def test_replay_headless_equals_the_sessions_summary(recorded):
 
 def test_chrome_export_slices_add_up_to_the_summary(recorded):
     s, rec, tmp, t = recorded
-    out = tmp / "trace.json"
-    p = _cli("export", str(rec), "--format", "chrome", "-o", str(out))
-    assert p.returncode == 0, p.stderr
+    out = _export(rec, "chrome", tmp / "trace.json")
     doc = json.loads(out.read_text())
     py_tids = {th["tid"] for th in s["threads"] if th["python_thread"]}
     got = dict.fromkeys(("python", "backend", "simulator"), 0.0)
@@ -75,9 +80,7 @@ def test_chrome_export_slices_add_up_to_the_summary(recorded):
 
 def test_csv_export_ends_at_the_final_counters(recorded):
     s, rec, tmp, t = recorded
-    out = tmp / "ticks.csv"
-    p = _cli("export", str(rec), "--format", "csv", "-o", str(out))
-    assert p.returncode == 0, p.stderr
+    out = _export(rec, "csv", tmp / "ticks.csv")
     rows = list(csv.DictReader(out.open()))
     last_t = max(float(r["t_s"]) for r in rows)
     calls = sum(int(r["calls"]) for r in rows if float(r["t_s"]) == last_t and r["category"] == "simulator")
@@ -89,9 +92,7 @@ def test_perfetto_export_reads_back_with_perfettos_protos(recorded):
     from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TrackEvent
 
     s, rec, tmp, t = recorded
-    out = tmp / "trace.pftrace"
-    p = _cli("export", str(rec), "--format", "perfetto", "-o", str(out))
-    assert p.returncode == 0, p.stderr
+    out = _export(rec, "perfetto", tmp / "trace.pftrace")
     trace = Trace()
     trace.ParseFromString(out.read_bytes())
     tracks = {pk.track_descriptor.uuid: pk.track_descriptor for pk in trace.packet if pk.HasField("track_descriptor")}
@@ -122,9 +123,7 @@ def test_speedscope_export_validates_and_weighs_the_python_phase(recorded):
     import jsonschema
 
     s, rec, tmp, t = recorded
-    out = tmp / "profile.speedscope.json"
-    p = _cli("export", str(rec), "--format", "speedscope", "-o", str(out))
-    assert p.returncode == 0, p.stderr
+    out = _export(rec, "speedscope", tmp / "profile.speedscope.json")
     doc = json.loads(out.read_text())
     jsonschema.validate(doc, json.loads((REPO / "tests/data/speedscope-file-format-schema.json").read_text()))
     frames = doc["shared"]["frames"]
@@ -160,9 +159,7 @@ def test_perfetto_export_draws_each_operation_as_the_target_timed_it(ebpf, targe
     go.touch()
     wait_file(done, timeout=120)
     assert m.finish(signal.SIGINT, timeout=60) == 0, m.stderr_text
-    out = tmp_path / "ops.pftrace"
-    p = _cli("export", str(rec), "--format", "perfetto", "-o", str(out))
-    assert p.returncode == 0, p.stderr
+    out = _export(rec, "perfetto", tmp_path / "ops.pftrace")
     trace = Trace()
     trace.ParseFromString(out.read_bytes())
     names = {pk.track_descriptor.uuid: pk.track_descriptor.name for pk in trace.packet if pk.HasField("track_descriptor")}
