@@ -311,3 +311,21 @@ def test_a_window_from_s_is_the_counters_growth_since_it_opened(tmp_path):
 def test_replay_window_errors(tmp_path, args, code, words):
     path, _ = _record(tmp_path, tree_stream())
     assert_clean_error(run_cli("replay", str(path), "--headless", *args), code, words)
+
+
+def test_a_window_takes_a_thread_folded_since_out_of_its_folded_row(tmp_path):
+    """Thread 50 (exited, 0.3 s) is its own row when the window opens and inside "(N exited
+    threads)" (tid -1) later: the window's folded row is what the other folded thread added."""
+    from rlscope_top.commands.replay import summary_of
+    from streams import meta_record
+
+    def th(tid, on_ms, exited=True):
+        return R.thread(tid=tid, name=f"t{tid}", python=True, exited=exited, pid=42,
+                        ns=[[on_ms * MS, 0], [0, 0], [0, 0], [0, 0]], trans=[[0] * 4 for _ in range(4)],
+                        calls=[0, 0, 0, 0], oh=[0] * 4)
+    main0, main1 = th(42, 400, exited=False), th(42, 1900, exited=False)
+    folded = {**th(-1, 300 + 700), "name": "(2 exited threads)"}       # t50's 300 ms and t51's 700 ms
+    path, _ = _record(tmp_path, [meta_record({}), R.counters(1500 * MS, [main0, th(50, 300)], []),
+                                 R.counters(3000 * MS, [main1, folded], [])])
+    rows = {t["tid"]: t for t in summary_of(str(path), (1.0, None))["threads"]}
+    assert rows[-1]["on_cpu_s"] == pytest.approx(0.7) and rows[42]["on_cpu_s"] == pytest.approx(1.5)

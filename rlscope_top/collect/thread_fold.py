@@ -9,15 +9,9 @@ process, so the totals (the job's and each process's) stay the same.
 
 from __future__ import annotations
 
+from ..ring.records import FOLD_TID, fold_tid  # noqa: F401 - the folded rows' tids are the record layout's
+
 KEEP_EXITED = 16                          # newest exited threads kept as their own rows
-FOLD_TID = {True: -1, False: -2}          # the folded rows' tids: Python, other (the main process)
-
-
-def fold_tid(py: bool, pid: int | None, main_pid: int | None) -> int:
-    """A folded row's tid: FOLD_TID in the main process, a negative of its own in another."""
-    if pid is None or pid == main_pid:
-        return FOLD_TID[py]
-    return -(2 * pid + (1 if py else 2))
 
 
 def add_counts(a, b):

@@ -234,15 +234,17 @@ def since(records: list[dict], start_ns: int) -> list[dict] | None:
     t0 = base["ts"]
     gbase = next((r for r in reversed(records) if r.get("t") == G.TOTALS and r["ts"] <= t0), None)
     modes = {r["category"]: r for r in records if r.get("t") == R.MODE and r["ts"] <= t0}
-    out = [{**m, "t0": t0} for m in records if m.get("t") == R.META]
-    out.append(_less(base, base))
+    metas = [r for r in records if r.get("t") == R.META]
+    main_pid = metas[0].get("pid") if metas else None
+    out = [{**m, "t0": t0} for m in metas]
+    out.append(_less(base, base, main_pid))
     out += [{**m, "ts": t0, "overhead_pct": 0} for m in modes.values()]    # in force, not a new step
     for r in records:
         t = r.get("t")
         if t == R.META or _ts(r) <= t0:
             continue
         if t == R.COUNTERS:
-            r = _less(r, base)
+            r = _less(r, base, main_pid)
         elif t == G.TOTALS and gbase is not None:
             r = {k: _minus(v, gbase.get(k)) if k in _GPU_GROWS else v for k, v in r.items()}
         out.append(r)
@@ -258,10 +260,11 @@ def _ts(r: dict) -> int:
     return last[pos] if pos is not None and len(last) > pos else 1 << 62
 
 
-def _less(ctr: dict, base: dict) -> dict:
+def _less(ctr: dict, base: dict, main_pid: int | None) -> dict:
     """A counters record less a baseline one: threads by tid, operations by id, processes by pid."""
     out = {k: _minus(v, base.get(k)) if k in _GROWS else v for k, v in ctr.items()}
     out["threads"] = _by_key(ctr["threads"], base["threads"], "tid")
+    _unfold(out["threads"], ctr["threads"], base["threads"], main_pid)
     if "ops" in ctr:
         out["ops"] = _by_key(ctr["ops"], base.get("ops") or [], "id")
     if "procs" in ctr:
@@ -271,6 +274,17 @@ def _less(ctr: dict, base: dict) -> dict:
         if isinstance(ctr.get(k), dict):
             out[k] = {kk: _minus(v, (base.get(k) or {}).get(kk)) if kk in _GROWS else v for kk, v in ctr[k].items()}
     return out
+
+
+def _unfold(rows: list[dict], now: list[dict], then: list[dict], main_pid: int | None) -> None:
+    """A thread folded into an "(N exited threads)" row since the window opened: its count at
+    the start comes out of that row too (the row holds all of it)."""
+    here = {t["tid"] for t in now}
+    by_tid = {r["tid"]: i for i, r in enumerate(rows)}
+    for th in then:
+        i = by_tid.get(R.fold_tid(th["py"], th.get("pid"), main_pid))
+        if th["tid"] >= 0 and th["tid"] not in here and i is not None:
+            rows[i] = {k: _minus(v, th.get(k)) if k in _GROWS else v for k, v in rows[i].items()}
 
 
 def _less_proc(p: dict, old: dict) -> dict:

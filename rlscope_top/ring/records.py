@@ -60,6 +60,17 @@ def thread(*, tid: int, name: str, python: bool, exited: bool, ns: list, trans: 
     return rec
 
 
+FOLD_TID = {True: -1, False: -2}          # the folded rows' tids: Python, other (the main process)
+
+
+def fold_tid(py: bool, pid: int | None, main_pid: int | None) -> int:
+    """The tid of an "(N exited threads)" row (collect/thread_fold.py): FOLD_TID in the main
+    process, a negative of its own in another."""
+    if pid is None or pid == main_pid:
+        return FOLD_TID[py]
+    return -(2 * pid + (1 if py else 2))
+
+
 def counters(ts: int, threads: list[dict], hits: list[int], overhead_pct: float = 0.0,
              ops: list[dict] | None = None, procs: list[dict] | None = None) -> dict:
     """All threads' cumulative counters, per-probe hit counts, and the live overhead
