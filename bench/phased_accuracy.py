@@ -1,0 +1,88 @@
+"""Issue 12's phased trainer (tests/targets/phased_trainer.py), attached as the accuracy tests
+do, with what the tests do not print: per session, our shares against the unprobed truth and,
+per call, the target's own clock unprobed and probed against our corrected time per call
+(docs/accuracy.md, "Where the exact mode's lost simulator time goes").
+
+usage: sudo .venv/bin/python bench/phased_accuracy.py [--mode exact|default] [--sessions 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(REPO, "tests"))
+from truth import unprobed_shares  # noqa: E402
+
+PY = sys.executable
+CATS = ("python", "simulator", "backend")
+
+
+def session(tmp: str, simlib: str, calib: str, mode: str, i: int) -> tuple[dict, list, list]:
+    """One session: 2 s unprobed, 10 s attached, 2 s unprobed.
+
+    Returns:
+        (the summary, the target's log, the unprobed spans).
+    """
+    truth = os.path.join(tmp, f"truth{i}.json")
+    t = subprocess.Popen([PY, "phased_trainer.py", simlib, truth], cwd=os.path.join(REPO, "tests", "targets"),
+                         stdout=subprocess.PIPE, text=True)
+    assert t.stdout.readline().startswith("ready")
+    b0 = time.monotonic_ns()
+    time.sleep(2.0)
+    b1 = time.monotonic_ns()
+    summary = os.path.join(tmp, f"s{i}.json")
+    extra = ["--max-overhead", "100"] if mode == "exact" else ["--op", "collect=collect", "--op", "update=update"]
+    subprocess.run([PY, "-m", "rlscope_top.cli", "attach", str(t.pid), "--headless", "--summary", summary,
+                    "--sim-lib", f"{simlib}:sim_step", "--duration", "10", *extra], cwd=REPO, capture_output=True,
+                   env={**os.environ, "RLSCOPE_CALIBRATION": calib}, check=True)
+    a0 = time.monotonic_ns()
+    time.sleep(2.0)
+    t.send_signal(signal.SIGTERM)
+    t.wait()
+    with open(summary) as f, open(truth) as g:
+        return json.load(f), json.load(g), [(b0, b1), (a0, time.monotonic_ns())]
+
+
+def per_call(s: dict, items: list, kind: str, cat: str) -> tuple[float, float, float]:
+    """us per call: the target's clock unprobed and probed, and ours corrected."""
+    w0, w1 = s["window"]["t0_monotonic_ns"], s["window"]["t1_monotonic_ns"]
+    inside = [b - a for k, _, a, b in items if k == kind and w0 <= a and b <= w1]
+    outside = [b - a for k, _, a, b in items if k == kind and (b < w0 or a > w1)]
+    ours = s["totals"][f"{cat}_s"] / max(1, s["calls"][cat] or 0)
+    return sum(outside) / len(outside) / 1e3, sum(inside) / len(inside) / 1e3, ours * 1e6
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--mode", choices=("exact", "default"), default="exact")
+    ap.add_argument("--sessions", type=int, default=2)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        simlib, calib = os.path.join(tmp, "libtoysim.so"), os.path.join(tmp, "calibration.json")
+        subprocess.run(["gcc", "-O1", "-shared", "-fPIC", "-o", simlib, os.path.join(REPO, "tests/native/simlib.c")],
+                       check=True)
+        subprocess.run([PY, "-m", "rlscope_top.cli", "calibrate"], cwd=REPO, check=True, capture_output=True,
+                       env={**os.environ, "RLSCOPE_CALIBRATION": calib})
+        for i in range(args.sessions):
+            s, items, spans = session(tmp, simlib, calib, args.mode, i)
+            truth = unprobed_shares(items, spans)
+            tot = sum(s["totals"][f"{c}_s"] for c in CATS)
+            print(f"{args.mode} {i}: " + "  ".join(
+                f"{c} {100 * s['totals'][f'{c}_s'] / tot:.1f}% vs {100 * truth[c]:.1f}% "
+                f"({100 * (s['totals'][f'{c}_s'] / tot - truth[c]):+.1f} pp)" for c in CATS))
+            for kind, cat in (("simulator", "simulator"), ("backend", "backend")):
+                u, p, ours = per_call(s, items, kind, cat)
+                print(f"   {kind} per call: target unprobed {u:.2f} us, probed {p:.2f} us, ours corrected {ours:.2f} us")
+
+
+if __name__ == "__main__":
+    main()
