@@ -46,7 +46,7 @@ bad_callback = jax.jit(lambda x: jax.pure_callback(refuse, jax.ShapeDtypeStruct(
 
 
 @jax.jit
-def slow(x):                 # ~0.9 s of work on this VM: long enough to be interrupted mid-wait
+def slow(x):                 # 0.3-0.9 s of work on the 2-core VMs: long enough to be interrupted mid-wait
     return jax.lax.fori_loop(0, 40, lambda i, y: jnp.tanh(y @ x), x)
 
 
@@ -54,11 +54,16 @@ good = jax.jit(lambda x: x + 1.0)
 x3, big = jnp.ones((3, 4)), jnp.ones((1024, 1024)) / 1024
 slow(big).block_until_ready()
 good(x3).block_until_ready()
+t0 = time.monotonic()
+slow(big).block_until_ready()
+# the alarm goes off a third of the way into the wait, however fast this machine runs `slow`
+# (a fixed 0.3 s missed every wait once a faster VM ran it in 0.30 s)
+ALARM_S = (time.monotonic() - t0) / 3
 
 
 def interrupted_wait():
     y = slow(big)
-    signal.setitimer(signal.ITIMER_REAL, 0.3)
+    signal.setitimer(signal.ITIMER_REAL, ALARM_S)
     try:
         y.block_until_ready()
     finally:
