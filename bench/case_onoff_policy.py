@@ -40,7 +40,7 @@ def figures(s: dict, steps: int) -> dict:
     tot = s["totals"]
     cat_s = {c: tot.get(f"{c}_s") or 0.0 for c in CATS}
     whole = sum(cat_s.values())
-    ops = {n: o["share"] for n, o in s["operations"].items() if n not in ("<all>",)}
+    ops = {n: o["share"] for n, o in s["operations"].items() if n != "<all>"}
     return {"steps": steps, "wall_s": tot["wall_s"],
             "shares": {c: cat_s[c] / whole for c in CATS},
             "ms_per_step": {c: 1e3 * cat_s[c] / steps for c in CATS},

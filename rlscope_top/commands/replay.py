@@ -23,12 +23,12 @@ from ..ring import recording
 from ..ring.ring import DEFAULT_CAPACITY, RingWriter
 
 
-Window = tuple[float | None, float | None]      # (from, to) seconds into the session; None: its start, end
+Window = recording.Window
 
 
 def summary_of(path: str, window: Window = (None, None)) -> dict:
     """The summary of a recording (the session's own when it ended cleanly and the window is all of it)."""
-    rec, records = recording.load(path, window[1], window[0])
+    rec, records = recording.load(path, window)
     acct = Accounting()
     acct.feed(records)
     fin = rec.fin if window == (None, None) else None
@@ -60,7 +60,7 @@ class Playback:
     STEP_S = 0.02
 
     def __init__(self, path: str, window: Window, speed: float):
-        self.recording, self._records = recording.load(path, window[1], window[0])
+        self.recording, self._records = recording.load(path, window)
         stamped = [r["ts"] for r in self._records if "ts" in r]
         self._t0 = min(stamped, default=0)
         self.length_s = (max(stamped, default=0) - self._t0) / 1e9

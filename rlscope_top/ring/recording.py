@@ -185,8 +185,11 @@ def _frames(data: bytes, pos: int, pid: int) -> Recording:
     return Recording(pid, records, fin_rec, problem)
 
 
-def load(path: str, to_s: float | None = None, from_s: float | None = None) -> tuple[Recording, list[dict]]:
-    """A recording and its records from ``from_s`` to ``to_s`` seconds into the session (None:
+Window = tuple[float | None, float | None]      # (from, to) seconds into the session; None: its start, end
+
+
+def load(path: str, window: Window = (None, None)) -> tuple[Recording, list[dict]]:
+    """A recording and its records in ``window`` (from, to) seconds into the session (None:
     its start, its end); a damaged tail is said on stderr and the records before it are used.
 
     Raises:
@@ -199,7 +202,7 @@ def load(path: str, to_s: float | None = None, from_s: float | None = None) -> t
     if meta is None:
         raise RecordingError(f"{path} has no session start (meta record)",
                              hint="the session ended before it attached: record it again")
-    records = rec.records
+    records, (from_s, to_s) = rec.records, window
     if to_s is not None:
         limit = meta["t0"] + int(to_s * 1e9)
         records = [r for r in records if r.get("t") == R.META or r.get("ts", 0) <= limit]
@@ -246,7 +249,7 @@ def since(records: list[dict], start_ns: int) -> list[dict] | None:
         if t == R.COUNTERS:
             r = _less(r, base, main_pid)
         elif t == G.TOTALS and gbase is not None:
-            r = {k: _minus(v, gbase.get(k)) if k in _GPU_GROWS else v for k, v in r.items()}
+            r = _grown(r, gbase, _GPU_GROWS)
         out.append(r)
     return out
 
@@ -262,7 +265,7 @@ def _ts(r: dict) -> int:
 
 def _less(ctr: dict, base: dict, main_pid: int | None) -> dict:
     """A counters record less a baseline one: threads by tid, operations by id, processes by pid."""
-    out = {k: _minus(v, base.get(k)) if k in _GROWS else v for k, v in ctr.items()}
+    out = _grown(ctr, base)
     out["threads"] = _by_key(ctr["threads"], base["threads"], "tid")
     _unfold(out["threads"], ctr["threads"], base["threads"], main_pid)
     if "ops" in ctr:
@@ -272,7 +275,7 @@ def _less(ctr: dict, base: dict, main_pid: int | None) -> dict:
         out["procs"] = [_less_proc(p, old.get(p["pid"]) or {}) for p in ctr["procs"]]
     for k in ("cost", "sampler"):
         if isinstance(ctr.get(k), dict):
-            out[k] = {kk: _minus(v, (base.get(k) or {}).get(kk)) if kk in _GROWS else v for kk, v in ctr[k].items()}
+            out[k] = _grown(ctr[k], base.get(k) or {})
     return out
 
 
@@ -284,7 +287,7 @@ def _unfold(rows: list[dict], now: list[dict], then: list[dict], main_pid: int |
     for th in then:
         i = by_tid.get(R.fold_tid(th["py"], th.get("pid"), main_pid))
         if th["tid"] >= 0 and th["tid"] not in here and i is not None:
-            rows[i] = {k: _minus(v, th.get(k)) if k in _GROWS else v for k, v in rows[i].items()}
+            rows[i] = _grown(rows[i], th)
 
 
 def _less_proc(p: dict, old: dict) -> dict:
@@ -300,8 +303,12 @@ def _less_proc(p: dict, old: dict) -> dict:
 
 def _by_key(now: list[dict], then: list[dict], key: str) -> list[dict]:
     old = {x[key]: x for x in then}
-    return [{k: _minus(v, old[x[key]].get(k)) if k in _GROWS and x[key] in old else v for k, v in x.items()}
-            for x in now]
+    return [_grown(x, old[x[key]]) if x[key] in old else x for x in now]
+
+
+def _grown(now: dict, then: dict, grows: frozenset = _GROWS) -> dict:
+    """A cumulative record's growth since ``then``: its growing fields less ``then``'s."""
+    return {k: _minus(v, then.get(k)) if k in grows else v for k, v in now.items()}
 
 
 def _minus(a, b):
