@@ -28,7 +28,10 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 PY = sys.executable
-SETTINGS = {"default": [], "--sample-hz 0": ["--sample-hz", "0"]}
+# (arguments, environment): the default run loads the compiled program kept by an earlier
+# session (probes/bpf_cache.py); "compiling" turns that off, as on a machine's first attach
+SETTINGS = {"default": ([], {}), "default, compiling (no cache)": ([], {"RLSCOPE_BPF_CACHE": "0"}),
+            "--sample-hz 0": (["--sample-hz", "0"], {})}
 
 
 class Target:
@@ -73,11 +76,13 @@ def _wait_line(p: subprocess.Popen, needle: str, timeout: float = 180) -> int:
     raise RuntimeError(f"no {needle!r} from the monitor (exit {p.poll()}):\n{''.join(seen)[-2000:]}")
 
 
-def attached_span(t: Target, args: list[str], span: float, tmp: str) -> dict:
+def attached_span(t: Target, setting: tuple[list[str], dict], span: float, tmp: str) -> dict:
+    args, env = setting
     summary = os.path.join(tmp, f"s-{time.monotonic_ns()}.json")
     t_start = time.monotonic_ns()
     m = subprocess.Popen([PY, "-m", "rlscope_top.cli", "attach", str(t.p.pid), "--summary", summary, *args],
-                         stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, cwd=tmp)
+                         stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, cwd=tmp,
+                         env={**os.environ, **env})
     t_att = _wait_line(m, "attached to PID")
     threading.Thread(target=lambda: [None for _ in m.stderr], daemon=True).start()
     time.sleep(1.0 + span)
@@ -87,7 +92,7 @@ def attached_span(t: Target, args: list[str], span: float, tmp: str) -> dict:
     return {"attach_s": (t_att - t_start) / 1e9, "detach_s": s["overhead"]["detach_s"],
             "during_attach": t.rate(t_start, t_att), "first_s": t.rate(t_att, t_att + 1_000_000_000),
             "steady": t.rate(t_att + 1_000_000_000, t_att + int((1 + span) * 1e9)),
-            "probes": s["probes"]["count"] if "count" in s["probes"] else None,
+            "program": s["probes"].get("program") or {},
             "estimated_pct": s["overhead"]["estimated_pct"], "modes": s["budget"]["modes"]}
 
 
@@ -117,9 +122,9 @@ def run(reps: int, span: float, busy: bool) -> dict:
         time.sleep(2.0)                                  # warm up
         with tempfile.TemporaryDirectory() as tmp:
             for rep in range(reps):
-                for name, args in SETTINGS.items():      # ABAB: plain before each attached span
+                for name, setting in SETTINGS.items():   # ABAB: plain before each attached span
                     out["plain"].append(plain_span(t, span))
-                    out[name].append(attached_span(t, args, span, tmp))
+                    out[name].append(attached_span(t, setting, span, tmp))
                     print(f"[{'busy' if busy else 'idle'}] rep {rep} {name}: {out[name][-1]}", file=sys.stderr)
                 out["plain"].append(plain_span(t, span))
                 out["py-spy 100 Hz"].append(pyspy_span(t, span, tmp))
@@ -140,9 +145,12 @@ def table(res: dict, label: str) -> list[str]:
         med = {k: statistics.median([r[k] for r in rs]) for k in ("steady", "first_s", "during_attach",
                                                                    "attach_s", "detach_s", "estimated_pct")}
         each = ", ".join(_slow(base, r["steady"]) for r in rs)
+        load = statistics.median([r["program"].get("load_s", float("nan")) for r in rs])
+        origin = "/".join(sorted({r["program"].get("from", "?") for r in rs}))
         rows.append(f"| {label} | {name} | {med['steady']:,.0f} steps/s | {_slow(base, med['steady'])} ({each}) | "
                     f"{_slow(base, med['first_s'])} | {_slow(base, med['during_attach'])} | "
-                    f"{med['attach_s']:.2f} s | {med['detach_s']:.2f} s; own estimate {med['estimated_pct']:.1f}% |")
+                    f"{med['attach_s']:.2f} s (program from {origin}: {load:.2f} s) | "
+                    f"{med['detach_s']:.2f} s; own estimate {med['estimated_pct']:.1f}% |")
     py = statistics.median([r["steady"] for r in res["py-spy 100 Hz"]])
     rows.append(f"| {label} | py-spy 100 Hz | {py:,.0f} steps/s | {_slow(base, py)} | | | | |")
     return rows
@@ -170,8 +178,8 @@ def main() -> int:
             "The target is bench/workloads/rl_tiny_loop.py (issue 16's loop: a tiny MLP forward per step, an SGD "
             "update every 8 steps, a 200-iteration Python env step), one process for the whole run; spans of "
             f"{a.span:g} s alternate unattached and attached (ABAB), the attached one from 1 s after \"attached\". "
-            "Slowdown = unattached speed / attached speed. Attach = monitor start to its \"attached\" line (the "
-            "compile runs at nice 19); detach from the summary. The busy rows add one pure-Python busy loop "
+            "Slowdown = unattached speed / attached speed. Attach = monitor start to its \"attached\" line, with the "
+            "program it loaded (kept from an earlier session, or compiled at nice 19) and how long that took; detach from the summary. The busy rows add one pure-Python busy loop "
             "beside the target on the 2-core VM.", "", *lines])
     return 0
 

@@ -17,9 +17,10 @@ from typing import Callable
 from . import catalog
 from .catalog import ENTER, EXIT, PAIR, RANGE_END, ProbeSpec
 from . import frameworks as fw
-from . import uprobe_multi
+from . import bpf_cache, uprobe_multi
 from .maps import MapAccess, descendants, mapped_files, task_ids
 from .program import capture_output, compiler_reason, first_line, generic_fn, low_priority, program_text
+from . import symbols
 from .symbols import resolve as resolve_symbol
 from .static_copies import StaticCopies
 from .prologue import cheap_offset, is_cheap_at
@@ -95,15 +96,38 @@ class ProbeSet(MapAccess):
         # uprobe_multi links detach in parallel (~0.05 s for 35 probes, not ~3.5 s) and need only
         # the generic programs; RLSCOPE_PERF_UPROBES=1 forces bcc's perf-event uprobes
         self.multi = uprobe_multi.supported() and os.environ.get("RLSCOPE_PERF_UPROBES") != "1"
-        with capture_output() as said, low_priority():
-            try:
-                self.bpf = bcc.BPF(text=program_text(self.specs, generic=self.multi))
-            except Exception as e:
-                raise RuntimeError(compiler_reason(said(), e)) from None
+        text = program_text(self.specs, generic=self.multi)
+        self.bpf = self._from_cache(text)
+        self.compiled = "cache" if self.bpf is not None else "bcc"
+        if self.bpf is None:
+            with capture_output() as said, low_priority():
+                try:
+                    self.bpf = bcc.BPF(text=text.encode())
+                except Exception as e:
+                    raise RuntimeError(compiler_reason(said(), e)) from None
+            why = bpf_cache.save(self.bpf, text)
+            if why and bpf_cache.enabled():
+                self.notify("info", f"compiled probes not kept for the next attach: {why}")
         try:
             self.bpf["events"].open_ring_buffer(self._on_event)
         except Exception as e:          # bcc raises plain Exception: a kernel without BPF ring buffers
             raise RuntimeError(f"the kernel refused a BPF ring buffer (needs Linux 5.8+): {e}") from None
+
+    def _from_cache(self, text: str):
+        """The same program compiled before, or None. Two programs every session uses load now:
+        a record the verifier refuses is dropped and the program compiled."""
+        bpf = bpf_cache.load(text)
+        if bpf is None:
+            return None
+        try:
+            if self.multi:     # every session uses it; the rest load (and verify) at attach
+                bpf.load_func("g_enter", self._bcc.BPF.KPROBE, attach_type=uprobe_multi.BPF_TRACE_UPROBE_MULTI)
+            bpf.load_func("on_tick", self._bcc.BPF.PERF_EVENT)
+        except Exception:
+            bpf.cleanup()
+            bpf_cache.forget(text)
+            return None
+        return bpf
 
     def start(self) -> int:
         """Attach to mapped libraries, then begin counting. Returns t0 (monotonic ns)."""
@@ -209,6 +233,8 @@ class ProbeSet(MapAccess):
             mine = [a for a in self.attached if a.spec.group == g]
             libs = ", ".join(sorted({os.path.basename(a.path) for a in mine}))
             self.notify("info", f"attached {sum(a.spec.n_attach for a in mine)} probes for {g} ({libs})")
+        if new_groups:
+            symbols.save_offsets()
         return new_groups
 
     def _named(self, path: str) -> bool:
@@ -323,7 +349,7 @@ class ProbeSet(MapAccess):
         of monitor CPU at one window every ~2 s)."""
         key = (path, symbol, off)
         if key not in self._offsets:
-            self._offsets[key] = self._bcc.BPF._check_path_symbol(path.encode(), symbol.encode(), None, -1, off)[1]
+            self._offsets[key] = symbols.offset(self._bcc, path, symbol) + off
         return self._offsets[key]
 
     def _detach(self, a: Attached, part: str) -> None:
@@ -350,7 +376,7 @@ class ProbeSet(MapAccess):
                    if ("entry" if p == "enter" else "exit") in a.parts)
 
     def _code_at(self, path: str, sym: str, n: int = 32) -> bytes:
-        _, off = self._bcc.BPF._check_path_symbol(path.encode(), sym.encode(), None, -1)
+        off = self._file_offset(path, sym, 0)
         with open(path, "rb") as f:
             f.seek(off)
             return f.read(n)

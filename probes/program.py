@@ -15,6 +15,7 @@ from . import catalog
 from . import frameworks as fw
 from .catalog import COUNT, ENTER, EXIT, PAIR, RANGE_BEGIN, RANGE_END, ProbeSpec
 
+GENERIC_NPROBES = 128      # the generic program's map sizes, in steps of this (a stable text)
 # uprobe_multi mode: a few generic programs; each link carries a cookie with the probe id
 # (bits 0-15) and category (16-17), so the program is the same whatever the probe set.
 GENERIC = """
@@ -50,7 +51,9 @@ def program_text(specs: list[ProbeSpec], generic: bool = False) -> str:
     (several times less to compile)."""
     here = resources.files("rlscope_top.probes")
     base = here.joinpath("bpf_program.c").read_text()
-    out = [f"#define NPROBES {max(1, len(specs))}", here.joinpath("fw_prelude.c").read_text(), base,
+    # the generic text must not vary with the probe set, or the compile cache misses
+    nprobes = -(-max(1, len(specs)) // GENERIC_NPROBES) * GENERIC_NPROBES if generic else max(1, len(specs))
+    out = [f"#define NPROBES {nprobes}", here.joinpath("fw_prelude.c").read_text(), base,
            here.joinpath("fw_guard.c").read_text(),
            here.joinpath("sync_timing.c").read_text()]
     if generic:

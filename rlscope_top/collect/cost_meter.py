@@ -5,7 +5,8 @@ Two costs the calibrated per-hit figures do not see:
 - kernel time the target's threads spend beyond what the calibration explains (uprobe traps
   in a large program, text patching when re-timing windows attach and detach probes): the
   target's system time since attach, less its rate before attach (measured while the BPF
-  program compiles);
+  program compiles; when the program comes from the compile cache there is no such stretch,
+  and the rate is the target's lifetime average);
 - the monitor's own CPU on a machine with no idle core: it is taken from whatever runs there.
   Measured as the monitor process's CPU less the machine's idle CPU over the same stretch; the
   target's part of it is its share of the machine's other busy CPU time.
@@ -43,6 +44,8 @@ class CostMeter:
         now, cpu = time.monotonic(), self._target_cpu() or (0.0, 0.0)
         if self._pre is not None and now - self._pre[0] >= MIN_BASELINE_S:
             self.base_sys_per_s = max(0.0, (cpu[0] - self._pre[1]) / (now - self._pre[0]))
+        else:       # the program came from the compile cache: no stretch to measure, use its life
+            self.base_sys_per_s = self._lifetime_sys_rate(cpu[0])
         self._start = (*cpu, time.process_time(), *_machine_s())
 
     def read(self) -> dict | None:
@@ -59,6 +62,15 @@ class CostMeter:
                       "base_sys_per_s": self.base_sys_per_s, "monitor_cpu_s": round(time.process_time() - m0, 4),
                       "idle_cpu_s": round(idle - i0, 4), "busy_cpu_s": round(busy - b0, 4)}
         return self._last
+
+    def _lifetime_sys_rate(self, sys_s: float) -> float | None:
+        """The target's system time per second of its life so far. Its startup (imports, file
+        reads) usually makes this higher than the rate now: the extra cost then reads low."""
+        try:
+            age = time.time() - self._proc.create_time() if self._proc is not None else 0.0
+        except (psutil.Error, OSError):
+            return None
+        return max(0.0, sys_s / age) if age >= MIN_BASELINE_S else None
 
     def _target_cpu(self) -> tuple[float, float] | None:
         """(system, user + system) seconds of the target, or None when it is gone."""

@@ -36,7 +36,8 @@ class RecordBuilder:
                       missing=self.probes.missing, host=platform.node(), kernel=platform.release(),
                       calibrated=self.probes.calibration.measured, max_overhead_pct=self.budget.max_pct,
                       switch_ns=self.probes.calibration.kinds["sched_switch"]["per_switch"],
-                      tids0=self.probes.tids0, timeline=self.probes.timeline, fw_slots=list(FW.SLOTS))
+                      tids0=self.probes.tids0, timeline=self.probes.timeline, fw_slots=list(FW.SLOTS),
+                      program=getattr(self, "program", None))
 
     def meta_record(self) -> dict:
         """The session's meta record (what the ring's readers get first)."""

@@ -35,10 +35,26 @@ def checks(pid: int | None = None) -> list[tuple]:
     rows.append(_check("calibration", cal.measured, f"probe costs measured for {cal.key}",
                        "probe costs not measured here: run `rlscope-top calibrate` (defaults are used)",
                        required=False))
+    rows.append(_program_row())
     rows += _gpu_rows()
     if pid is not None:
         rows += _target_rows(pid)
     return rows
+
+
+def _program_row() -> tuple:
+    """Whether attach will load the compiled program (probes/bpf_cache.py) or compile it."""
+    try:
+        from ..probes import bpf_cache, catalog, uprobe_multi  # noqa: PLC0415
+        from ..probes.program import program_text  # noqa: PLC0415
+        text = program_text(catalog.builtin(), generic=uprobe_multi.supported())
+        kept = bpf_cache.read(text) is not None
+        where = bpf_cache.path_for(text)
+    except Exception as e:          # no bcc: the bcc row says so
+        kept, where = False, f"({type(e).__name__})"
+    return _check("compiled program", kept, f"kept: attach skips the compile ({where})",
+                  "not kept yet: the first attach compiles it (2-5 s); "
+                  "`sudo .venv/bin/python -m rlscope_top.probes.bpf_cache` compiles it now", required=False)
 
 
 def _gpu_rows() -> list[tuple]:

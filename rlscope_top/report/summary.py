@@ -272,7 +272,8 @@ def build(acct: Accounting, *, ring_path: str = "", dropped: int = 0, detach_s: 
                                     "probes": sum(2 if p["kind"] == "pair" else 1
                                                   for p in meta.get("probes", []) if p["group"] == g)}
                                 for g, libs in meta.get("groups", {}).items()},
-                   "missing": meta.get("missing", {}), "hits": labels_hits},
+                   "missing": meta.get("missing", {}), "hits": labels_hits,
+                   "program": meta.get("program") or NA},
         "overhead": {"probe_hits": sum(acct.hits), "estimated_s": round(overhead_s, 6),
                      "estimated_pct": round(100 * overhead_s / wall_s, 3) if wall_s else NA,
                      "by_category_s": correction,

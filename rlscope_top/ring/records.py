@@ -19,13 +19,15 @@ def seconds(ns: float) -> float:
 def meta(*, pid: int, command: str, t0_ns: int, wall0: float, interval_s: float, probes: list[dict],
          labels: list[str], groups: dict, missing: dict, host: str, kernel: str,
          calibrated: bool = False, max_overhead_pct: float | None = None, tids0: list | None = None,
-         timeline: bool = False, fw_slots: list[str] | None = None, switch_ns: int = 0) -> dict:
-    """Session facts: target, window start, attached probes, whether costs were calibrated."""
+         timeline: bool = False, fw_slots: list[str] | None = None, switch_ns: int = 0,
+         program: dict | None = None) -> dict:
+    """Session facts: target, window start, attached probes, whether costs were calibrated,
+    and how the program was had (``program``: from the compile cache or bcc, load/attach s)."""
     return {"t": META, "v": FORMAT, "pid": pid, "cmd": command, "t0": t0_ns, "wall0": wall0,
             "interval_s": interval_s, "probes": probes, "labels": labels, "groups": groups,
             "missing": missing, "host": host, "kernel": kernel, "calibrated": calibrated,
             "max_overhead_pct": max_overhead_pct, "tids0": tids0 or [], "timeline": timeline,
-            "fw_slots": fw_slots or [], "switch_ns": switch_ns}
+            "fw_slots": fw_slots or [], "switch_ns": switch_ns, "program": program}
 
 
 def thread(*, tid: int, name: str, python: bool, exited: bool, ns: list, trans: list, calls: list,

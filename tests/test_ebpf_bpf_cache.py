@@ -1,0 +1,146 @@
+"""The compile cache (probes/bpf_cache.py): a second attach loads the program kept by the
+first, counts the same known answer, and a cache file that is not safely ours is never loaded."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from support import load_summary, stop, wait_file
+
+pytestmark = pytest.mark.ebpf
+
+
+def _count_1009(target, monitor, tmp_path, tag: str, env: dict) -> dict:
+    go, done = tmp_path / f"go-{tag}", tmp_path / f"done-{tag}"
+    t = target("torch_count.py", 1009, go, done)
+    m, summary = monitor(t.pid, "--sample-hz", "0", env=env)
+    go.touch()
+    wait_file(done)
+    time.sleep(0.5)
+    assert stop(m) == 0, m.stderr_text
+    s = load_summary(summary)
+    assert s["calls"]["backend"] == 1009 and s["transitions"]["python->backend"] == 1009, s["calls"]
+    return s
+
+
+def _kept(d) -> list:
+    return sorted(p for p in d.iterdir() if p.name.startswith("bpf-"))
+
+
+def test_second_attach_loads_the_kept_program_and_counts_the_same(ebpf, target, monitor, tmp_path):
+    d = tmp_path / "cache"
+    env = {"RLSCOPE_CACHE_DIR": str(d)}
+    first = _count_1009(target, monitor, tmp_path, "a", env)
+    assert first["probes"]["program"]["from"] == "bcc"
+    kept = _kept(d)
+    assert len(kept) == 1
+    assert kept[0].stat().st_mode & 0o777 == 0o600 and d.stat().st_mode & 0o777 == 0o700
+    second = _count_1009(target, monitor, tmp_path, "b", env)
+    assert second["probes"]["program"]["from"] == "cache"
+    assert _kept(d) == kept
+    # the same probes went in both times
+    assert second["probes"]["attached"].keys() == first["probes"]["attached"].keys()
+
+
+def test_corrupt_record_is_compiled_again_and_replaced(ebpf, target, monitor, tmp_path):
+    d = tmp_path / "cache"
+    env = {"RLSCOPE_CACHE_DIR": str(d)}
+    _count_1009(target, monitor, tmp_path, "a", env)
+    (kept,) = _kept(d)
+    kept.write_bytes(kept.read_bytes()[:1000])            # truncated
+    s = _count_1009(target, monitor, tmp_path, "b", env)
+    assert s["probes"]["program"]["from"] == "bcc"
+    assert kept.stat().st_size > 1000
+    assert _count_1009(target, monitor, tmp_path, "c", env)["probes"]["program"]["from"] == "cache"
+
+
+def test_cache_off_compiles_and_keeps_nothing(ebpf, target, monitor, tmp_path):
+    d = tmp_path / "cache"
+    s = _count_1009(target, monitor, tmp_path, "a", {"RLSCOPE_CACHE_DIR": str(d), "RLSCOPE_BPF_CACHE": "0"})
+    assert s["probes"]["program"]["from"] == "bcc"
+    assert not d.exists() or not _kept(d)
+
+
+# -- what may not be loaded (no target needed: the record is read, or not) -------------
+@pytest.fixture
+def kept_record(ebpf, tmp_path, monkeypatch):
+    """A real record for the generic program, compiled once into a private directory."""
+    import bcc
+
+    from rlscope_top.probes import bpf_cache, catalog, program
+
+    d = tmp_path / "cache"
+    monkeypatch.setenv("RLSCOPE_CACHE_DIR", str(d))
+    text = program.program_text(catalog.builtin(), generic=True)
+    b = bcc.BPF(text=text.encode())
+    try:
+        assert bpf_cache.save(b, text) is None
+    finally:
+        b.cleanup()
+    assert bpf_cache.read(text) is not None
+    return bpf_cache, text, d
+
+
+def test_symlinked_record_is_not_followed(kept_record, tmp_path):
+    bpf_cache, text, d = kept_record
+    path = bpf_cache.path_for(text)
+    elsewhere = tmp_path / "elsewhere.msgpack"
+    os.replace(path, elsewhere)
+    os.symlink(elsewhere, path)
+    assert bpf_cache.read(text) is None
+
+
+@pytest.mark.parametrize("mode", [0o620, 0o602], ids=["group-writable", "world-writable"])
+def test_record_others_can_write_is_not_loaded(kept_record, mode):
+    bpf_cache, text, _ = kept_record
+    os.chmod(bpf_cache.path_for(text), mode)
+    assert bpf_cache.read(text) is None
+
+
+def test_shared_directory_is_refused_with_a_reason(kept_record):
+    bpf_cache, text, d = kept_record
+    os.chmod(d, 0o777)
+    assert bpf_cache.read(text) is None
+    why = bpf_cache.save(object(), text)
+    assert why and "not 700" in why
+
+
+def test_loaded_record_serves_tables_and_programs(kept_record):
+    """The cached object is a bcc.BPF: tables by name with bcc's types, programs the verifier takes."""
+    import ctypes as ct
+
+    import bcc
+
+    bpf_cache, text, _ = kept_record
+    b = bpf_cache.load(text)
+    try:
+        assert isinstance(b, bcc.BPF)
+        b["targets"][ct.c_uint(4242)] = ct.c_uint(1)
+        assert [k.value for k in b["targets"].keys()] == [4242]
+        assert len(b["hits"][ct.c_int(0)]) >= 1                   # per-CPU array
+        leaf = b["threads"].Leaf()
+        leaf.tid = 7
+        b["threads"][ct.c_uint(7)] = leaf
+        assert b["threads"][ct.c_uint(7)].tid == 7
+        assert b.load_func("on_tick", bcc.BPF.PERF_EVENT).fd >= 0
+        with pytest.raises(Exception, match="Unknown program"):
+            b.load_func("no_such_function", bcc.BPF.KPROBE)
+    finally:
+        b.cleanup()
+
+
+def test_map_references_are_found_and_unknown_fds_refused():
+    from rlscope_top.probes.bpf_cache import map_refs
+
+    def ld_map(fd):   # ld_imm64 r1, map fd (src_reg 1): two instructions
+        return bytes([0x18, 0x11, 0, 0]) + fd.to_bytes(4, "little") + bytes(8)
+
+    mov = bytes([0xb7, 0, 0, 0, 5, 0, 0, 0])          # r0 = 5
+    code = mov + ld_map(9) + mov + ld_map(12)
+    assert map_refs(code, {9: 0, 12: 3}) == [[1, 0], [4, 3]]
+    assert map_refs(code, {9: 0}) is None
+    plain_imm64 = bytes([0x18, 0x01, 0, 0, 9, 0, 0, 0]) + bytes(8)   # a constant, not a map
+    assert map_refs(plain_imm64, {}) == []
