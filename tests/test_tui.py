@@ -203,7 +203,7 @@ async def test_operations_table_shows_each_operation_with_its_source(ops_ring, t
 
 @pytest.mark.anyio
 async def test_the_screen_opens_at_once_and_says_it_is_attaching(tmp_path):
-    """The screen is up while the probes compile: it says so, then shows data once they land."""
+    """The screen is up while the probes load (or compile): it says so, then shows data once they land."""
     from rlscope_top.ring import records as R
     from rlscope_top.ring.ring import RingWriter
     from rlscope_top.collect.session import ATTACHING
@@ -216,7 +216,7 @@ async def test_the_screen_opens_at_once_and_says_it_is_attaching(tmp_path):
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause()
         before = str(app.query_one("#header").render())
-        assert "pid 42" in before and "attaching: compiling" in before
+        assert "pid 42" in before and "attaching: loading the eBPF probes" in before
         for r in stream():
             w.write(r)
         app.refresh_view()

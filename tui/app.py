@@ -250,7 +250,7 @@ class RlscopeApp(App):
             return
         if self.paused:
             return
-        if not self.vm.acct.meta:            # still attaching: the collector is compiling
+        if not self.vm.acct.meta:            # still attaching: the collector loads (or compiles) the probes
             self._attaching()
             return
         snap = self.last = self.vm.snapshot()

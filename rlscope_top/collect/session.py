@@ -25,7 +25,8 @@ from ..ring.ring import RingReader, RingWriter, default_path
 from .target import check_target, is_alive, require_root
 
 TICK_S = 0.25  # how often the collector reads the kernel maps
-ATTACHING = "attaching: compiling and loading the eBPF probes (a few seconds; the target runs on)"
+ATTACHING = ("attaching: loading the eBPF probes (the first attach on a new kernel compiles them: "
+             "a few seconds; the target runs on)")
 
 
 @dataclasses.dataclass
