@@ -233,6 +233,53 @@ def load(text: str):
         return None
 
 
+class KeptMemo:
+    """A dict of (file identity, question) -> answer that outlives the session: lookups that
+    read a library's symbol tables (bcc's symbol offsets, which libraries define MuJoCo) cost
+    10-700 ms per attach on real programs and give the same answer until the file changes.
+    Keys are tuples whose first five items are (path, dev, inode, mtime_ns, size)."""
+
+    def __init__(self, name: str, limit: int = 4096):
+        self.name, self.limit = name, limit
+        self.memo: dict[tuple, object] = {}
+        self._loaded = self._dirty = False
+
+    def _file(self) -> str:
+        return os.path.join(cache_dir(), f"{self.name}.msgpack")
+
+    def get(self, key: tuple, compute):
+        """The answer for ``key`` (a tuple of plain values), computed once per file version."""
+        if not self._loaded:
+            self._loaded = True
+            kept = read_private(self._file()) if enabled() else None
+            if isinstance(kept, list):
+                for row in kept[:self.limit]:
+                    if isinstance(row, list) and len(row) == 2 and isinstance(row[0], list):
+                        self.memo[_tuple(row[0])] = row[1]
+        if key not in self.memo:
+            if len(self.memo) >= self.limit:
+                self.memo.clear()
+            self.memo[key] = compute()
+            self._dirty = True
+        return self.memo[key]
+
+    def save(self) -> None:
+        """Keep what this process looked up for the next session (when there is anything new)."""
+        if self._dirty and enabled():
+            write_private(self._file(), [[list(k), v] for k, v in self.memo.items()])
+            self._dirty = False
+
+
+def _tuple(v):
+    return tuple(_tuple(x) for x in v) if isinstance(v, list) else v
+
+
+def file_id(path: str) -> tuple:
+    """(path, dev, inode, mtime_ns, size): a library file's version, for KeptMemo keys."""
+    st = os.stat(path)
+    return (path, st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+
+
 def _lib():
     """libbcc with the module queries bcc's Python binding leaves undeclared."""
     global _bcc_lib

@@ -17,6 +17,7 @@ import struct
 import zlib
 from typing import Callable, Iterator
 
+from .bpf_cache import KeptMemo, file_id
 from .prologue import is_cheap_at
 from ..errors import NotElf
 
@@ -300,15 +301,16 @@ def _collect(elf: ElfFile, source: str | None, seen: dict) -> None:
 
 
 # -- does a library define these names? (cheap, for every mapped library) -------------
-_DEFINES: dict[tuple, dict[str, int]] = {}
+DEFINES = KeptMemo("elf-defines")
 
 
 def defines(path: str, names: frozenset[str]) -> dict[str, int]:
     """Which of ``names`` a library defines as functions, with where their code is in the file.
 
     Cheap enough for every mapped library: a byte search of the string tables rules out
-    almost every file, and only a hit walks the symbol tables. Cached per file by
-    (path, device, inode, mtime, size), so rescans cost one stat.
+    almost every file, and only a hit walks the symbol tables. Kept per file version (path,
+    device, inode, mtime, size) in this process and for the next session (bpf_cache.KeptMemo:
+    a real program maps ~250 libraries, ~0.7 s to search), so rescans cost one stat.
 
     Args:
         path: the library file as this process can open it.
@@ -319,21 +321,18 @@ def defines(path: str, names: frozenset[str]) -> dict[str, int]:
         or not ELF).
     """
     try:
-        st = os.stat(path)
+        key = (*file_id(path), tuple(sorted(names)))
     except OSError:
         return {}
-    key = (path, st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size, names)
-    hit = _DEFINES.get(key)
-    if hit is None:
-        try:
-            with ElfFile(path) as elf:
-                hit = _defined(elf, names)
-        except (OSError, NotElf, struct.error, ValueError):
-            hit = {}
-        if len(_DEFINES) > 4096:
-            _DEFINES.clear()
-        _DEFINES[key] = hit
-    return hit
+    return DEFINES.get(key, lambda: _defined_in(path, names))
+
+
+def _defined_in(path: str, names: frozenset[str]) -> dict[str, int]:
+    try:
+        with ElfFile(path) as elf:
+            return _defined(elf, names)
+    except (OSError, NotElf, struct.error, ValueError):
+        return {}
 
 
 def _defined(elf: ElfFile, names: frozenset[str]) -> dict[str, int]:

@@ -20,9 +20,7 @@ from ..errors import SymbolMissing
 # bcc walks a library's whole symbol table for each symbol it resolves (libtorch_cpu.so:
 # ~20 ms a call, a dozen calls per attach), so offsets are kept per file version, in this
 # process and in the compile cache's directory for the next session.
-_OFFSETS: dict[tuple, int] = {}
-_loaded = _dirty = False
-MAX_OFFSETS = 4096
+OFFSETS = bpf_cache.KeptMemo("symbol-offsets")
 
 
 def offset(bcc, path: str, symbol: str) -> int:
@@ -31,41 +29,8 @@ def offset(bcc, path: str, symbol: str) -> int:
     Raises:
         Exception: bcc's, when the library defines no such function (or is unreadable).
     """
-    _load()
-    st = os.stat(path)
-    key = (path, st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size, symbol)
-    if key not in _OFFSETS:
-        global _dirty
-        if len(_OFFSETS) >= MAX_OFFSETS:
-            _OFFSETS.clear()
-        _OFFSETS[key] = bcc.BPF._check_path_symbol(path.encode(), symbol.encode(), None, -1)[1]
-        _dirty = True
-    return _OFFSETS[key]
-
-
-def _offsets_file() -> str:
-    return os.path.join(bpf_cache.cache_dir(), "symbol-offsets.msgpack")
-
-
-def _load() -> None:
-    global _loaded
-    if _loaded:
-        return
-    _loaded = True
-    kept = bpf_cache.read_private(_offsets_file()) if bpf_cache.enabled() else None
-    if isinstance(kept, list):
-        for row in kept[:MAX_OFFSETS]:
-            if isinstance(row, list) and len(row) == 7 and isinstance(row[6], int):
-                _OFFSETS[tuple(row[:6])] = row[6]
-
-
-def save_offsets() -> None:
-    """Keep the offsets resolved in this process for the next session (when there are new ones)."""
-    global _dirty
-    if _dirty and bpf_cache.enabled():
-        bpf_cache.write_private(_offsets_file(), [[*k, v] for k, v in _OFFSETS.items()])
-        _dirty = False
-
+    return OFFSETS.get((*bpf_cache.file_id(path), symbol),
+                       lambda: bcc.BPF._check_path_symbol(path.encode(), symbol.encode(), None, -1)[1])
 
 
 def resolve(bcc, spec: ProbeSpec, path: str) -> ProbeSpec:

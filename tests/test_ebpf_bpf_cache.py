@@ -30,9 +30,12 @@ def _kept(d) -> list:
     return sorted(p for p in d.iterdir() if p.name.startswith("bpf-"))
 
 
-def test_second_attach_loads_the_kept_program_and_counts_the_same(ebpf, target, monitor, tmp_path):
+@pytest.mark.parametrize("uprobes", ["uprobe_multi", "perf"])
+def test_second_attach_loads_the_kept_program_and_counts_the_same(ebpf, target, monitor, tmp_path, uprobes):
+    """Both attach paths: uprobe_multi links (generic programs) and bcc's perf-event uprobes
+    (one program per probe, so the text, and the kept record, depend on the probe set)."""
     d = tmp_path / "cache"
-    env = {"RLSCOPE_CACHE_DIR": str(d)}
+    env = {"RLSCOPE_CACHE_DIR": str(d), **({"RLSCOPE_PERF_UPROBES": "1"} if uprobes == "perf" else {})}
     first = _count_1009(target, monitor, tmp_path, "a", env)
     assert first["probes"]["program"]["from"] == "bcc"
     kept = _kept(d)
