@@ -69,14 +69,17 @@ def test_default_mode_is_within_its_stated_bound_on_phased_trainer(ebpf, target,
 
 
 def test_exact_mode_corrects_toward_the_unprobed_program(ebpf, target, monitor, tmp_path, simlib,
-                                                         calibration_file):
+                                                         fresh_calibration):
     """No budget: every call bracketed, the calibrated cost taken out. The probes cost ~35-50%
     here (180k tiny torch calls/s), so the correction's error is that cost's calibration error.
     It must bring the categories closer to the unprobed program than the raw figures, and each
     within 18 pp. Issue 12 asks 2 pp. Measured 4-7 pp on the Intel VMs; on an AMD EPYC VM
     8.0, 15.1 and 13.3 pp (Python high), where calibrating the same machine three times minutes
-    apart gave a torch bracket of 2,209, 2,679 and 3,645 ns (docs/accuracy.md, "A noisy machine")."""
-    s, truth = _run(target, monitor, tmp_path, simlib, calibration_file, "--max-overhead", "100")
+    apart gave a torch bracket of 2,209, 2,679 and 3,645 ns (docs/accuracy.md, "A noisy machine").
+    So it calibrates just before: with the suite's calibration, made ~10 minutes earlier, it
+    missed twice in three whole-suite runs there (Python +21.8 pp; once Simulator +24.8 pp,
+    Python low: the calibration off the other way), and passed alone."""
+    s, truth = _run(target, monitor, tmp_path, simlib, fresh_calibration, "--max-overhead", "100")
     assert all(s["sources"][f"{c}_s"] == "exact" for c in CATS), s["sources"]
     ours, raw = _shares(s["totals"]), _shares(s["raw"])
     for c in CATS:
