@@ -95,15 +95,16 @@ def save(bpf, text: str) -> str | None:
     if not enabled():
         return "off (RLSCOPE_BPF_CACHE=0)"
     try:
-        d = private_dir(cache_dir())
+        private_dir(cache_dir())        # an unsafe directory is said before anything is read
         rec = capture(bpf)
-        if isinstance(rec, str):
-            return rec
-        write_atomic(path_for(text), msgpack.packb(rec, use_bin_type=True))
-        _prune(d)
-    except Exception as e:      # UnsafePath, a full disk: the session goes on, compiled
-        return str(e).splitlines()[0] if str(e) else type(e).__name__
-    return None
+    except Exception as e:              # UnsafePath: the session goes on, compiled
+        return _why(e)
+    if isinstance(rec, str):
+        return rec
+    why = write_private(path_for(text), rec)
+    if why is None:
+        _prune(cache_dir())
+    return why
 
 
 def capture(bpf) -> dict | str:
@@ -207,9 +208,13 @@ def write_private(path: str, value) -> str | None:
     try:
         private_dir(os.path.dirname(path))
         write_atomic(path, msgpack.packb(value, use_bin_type=True))
-    except Exception as e:
-        return str(e).splitlines()[0] if str(e) else type(e).__name__
+    except Exception as e:              # UnsafePath, a full disk
+        return _why(e)
     return None
+
+
+def _why(e: Exception) -> str:
+    return str(e).splitlines()[0] if str(e) else type(e).__name__
 
 
 def forget(text: str) -> None:
@@ -464,27 +469,27 @@ def _load_prog(prog_type: int, name: bytes, code: bytes, license: bytes, kern_ve
 
 
 def warm() -> str:
-    """Compile the program a default attach uses and keep it (scripts/setup.sh runs this, so
-    that even the first attach skips the compile). Returns one line saying what happened."""
+    """Load the program a default attach uses, compiling and keeping it if it is not kept yet
+    (scripts/setup.sh runs this, so that even the first attach skips the compile). The loader
+    does the work, so the text is the one an attach asks for. Returns one line."""
     import time  # noqa: PLC0415
 
-    import bcc  # noqa: PLC0415
+    from . import catalog  # noqa: PLC0415
+    from .loader import ProbeSet  # noqa: PLC0415 - the loader imports this module
 
-    from . import catalog, uprobe_multi  # noqa: PLC0415
-    from .program import capture_output, low_priority, program_text  # noqa: PLC0415
-
-    text = program_text(catalog.builtin(), generic=uprobe_multi.supported())
-    if read(text) is not None:
-        return f"the compiled eBPF program is kept already ({path_for(text)})"
+    if not enabled():
+        return "the compile cache is off (RLSCOPE_BPF_CACHE=0): nothing to keep"
+    said = []
+    ps = ProbeSet(os.getpid(), catalog.builtin(), notify=lambda level, msg: said.append(msg))
     t0 = time.monotonic()
-    with capture_output(), low_priority():
-        b = bcc.BPF(text=text.encode())
     try:
-        why = save(b, text)
+        ps.load()
     finally:
-        b.cleanup()
-    took = time.monotonic() - t0
-    return f"compiled the eBPF program in {took:.1f} s, " + (f"not kept: {why}" if why else f"kept in {path_for(text)}")
+        ps.stop()
+    if ps.compiled == "cache":
+        return f"the compiled eBPF program is kept already ({cache_dir()})"
+    return f"compiled the eBPF program in {time.monotonic() - t0:.1f} s, " + \
+        (said[-1] if said else f"kept in {cache_dir()}")
 
 
 if __name__ == "__main__":

@@ -81,6 +81,7 @@ class ProbeSet(MapAccess):
         self._events: list[tuple] = []
         self._drain_until = 0.0
         self.bpf = None
+        self.compiled: str | None = None          # load(): "cache" (probes/bpf_cache.py) or "bcc"
         self.t0_ns = 0
         self._cfg_lock = threading.Lock()
         self._sop: dict[int, object] = {}        # tid -> the sampled-op history leaf we write
@@ -94,8 +95,8 @@ class ProbeSet(MapAccess):
         bcc = import_bcc()
         self._bcc = bcc
         # uprobe_multi links detach in parallel (~0.05 s for 35 probes, not ~3.5 s) and need only
-        # the generic programs; RLSCOPE_PERF_UPROBES=1 forces bcc's perf-event uprobes
-        self.multi = uprobe_multi.supported() and os.environ.get("RLSCOPE_PERF_UPROBES") != "1"
+        # the generic programs
+        self.multi = uprobe_multi.wanted()
         text = program_text(self.specs, generic=self.multi)
         self.bpf = self._from_cache(text)
         self.compiled = "cache" if self.bpf is not None else "bcc"

@@ -77,6 +77,13 @@ def _close(fd: int) -> None:
         pass
 
 
+def wanted() -> bool:
+    """Whether sessions attach with uprobe_multi links: the kernel takes them and
+    RLSCOPE_PERF_UPROBES=1 does not ask for bcc's perf-event uprobes. It picks the program
+    text too (generic or per probe), so the loader, the cache's warm-up and doctor ask here."""
+    return supported() and os.environ.get("RLSCOPE_PERF_UPROBES") != "1"
+
+
 def supported() -> bool:
     """Whether this kernel takes uprobe_multi links (tried once: a two-instruction program
     linked to this process's own getpid)."""

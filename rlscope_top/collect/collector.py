@@ -52,6 +52,7 @@ class Collector(OperationSources, BudgetLoop, RecordBuilder):
         self._op_open: dict[int, tuple[int, int]] = {}    # --timeline: tid -> (its operation, since)
         self._last_scan = self._last_meta = 0.0
         self.t0_ns = 0
+        self.program: dict | None = None         # where the BPF program came from, load/attach s (start)
         self.budget = Budget(max_overhead_pct)
         self._samples: dict[int, dict] = {}      # category -> {next, until, period}
         self.region: ann_region.Region | None = None   # the target's annotations, once found
@@ -83,7 +84,7 @@ class Collector(OperationSources, BudgetLoop, RecordBuilder):
         except RuntimeError as e:             # the compiler's (or the kernel's) words
             raise BpfCompileError(f"cannot compile the eBPF program: {_last_line(e)}", pid=self.pid,
                                   hint="install or link the kernel headers: `sudo bash scripts/setup.sh`, then `rlscope-top doctor`") from None
-        self.program = {"from": getattr(self.probes, "compiled", "bcc"), "load_s": round(time.monotonic() - began, 3)}
+        self.program = {"from": self.probes.compiled, "load_s": round(time.monotonic() - began, 3)}
         try:
             self.t0_ns = self.probes.start()
         except Exception as e:

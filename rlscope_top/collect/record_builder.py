@@ -37,7 +37,7 @@ class RecordBuilder:
                       calibrated=self.probes.calibration.measured, max_overhead_pct=self.budget.max_pct,
                       switch_ns=self.probes.calibration.kinds["sched_switch"]["per_switch"],
                       tids0=self.probes.tids0, timeline=self.probes.timeline, fw_slots=list(FW.SLOTS),
-                      program=getattr(self, "program", None))
+                      program=self.program)
 
     def meta_record(self) -> dict:
         """The session's meta record (what the ring's readers get first)."""

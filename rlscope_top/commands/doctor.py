@@ -47,7 +47,7 @@ def _program_row() -> tuple:
     try:
         from ..probes import bpf_cache, catalog, uprobe_multi  # noqa: PLC0415
         from ..probes.program import program_text  # noqa: PLC0415
-        text = program_text(catalog.builtin(), generic=uprobe_multi.supported())
+        text = program_text(catalog.builtin(), generic=uprobe_multi.wanted())
         kept = bpf_cache.read(text) is not None
         where = bpf_cache.path_for(text)
     except Exception as e:          # no bcc: the bcc row says so
