@@ -63,6 +63,25 @@ def test_run_forwards_sigterm_and_reports_the_command_status(ebpf, spawn, tmp_pa
     assert s["end_reason"] in ("command exited (status 7)", "target exited")
 
 
+def _wait_tracing(pid, timeout_s):
+    """Wait until the agent in `pid` has acknowledged the monitor's START (CUPTI subscribed)."""
+    import time
+
+    from rlscope_top.probes import gpu_region
+
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        r = gpu_region.open_region(pid)
+        if r is not None:
+            try:
+                if r.tracing:
+                    return True
+            finally:
+                r.close()
+        time.sleep(0.05)
+    return False
+
+
 class _Driven:
     """gpu_native_target.py with a stdin pipe: one command, one answer line."""
 
@@ -176,9 +195,7 @@ def test_the_screens_g_key_path_injects_mid_session(ebpf, gpu_native, tmp_path, 
     try:
         assert attached.wait(120)
         gpu.inject_now.set()
-        end = time.monotonic() + 30
-        while "rlscope-top-gpu" not in open(f"/proc/{t.pid}/maps").read() and time.monotonic() < end:
-            time.sleep(0.05)
+        assert _wait_tracing(t.pid, 30)      # mapped is not enough: CUPTI starts after the monitor's START
         assert t("cudart 23 200000") == "100"
     finally:
         stop.set()
