@@ -17,6 +17,7 @@ TRANSITIONS = {  # name -> (from, to) category codes
     "backend->cuda_api": (CAT_BACKEND, CAT_CUDA),
     "python->cuda_api": (CAT_PY, CAT_CUDA),
 }
+OVERLAP_KEYS = ("cpu_only", "gpu_only", "both", "idle")    # RL-Scope's CPU/GPU overlap split
 ALL_OP = "<all>"          # the whole session, as an operation row
 NONE_OP = "<none>"        # time in no operation
 

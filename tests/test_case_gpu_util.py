@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import gpu_streams as GS
-from rlscope_top.account.accounting import Accounting
+from rlscope_top.account.books import Books
 from rlscope_top.report import summary as S
 
 REPO = Path(__file__).resolve().parent.parent
@@ -34,9 +34,9 @@ def _summary(monkeypatch, sm_active: bool = True, **kw) -> dict:
 
     if sm_active:
         monkeypatch.setattr(GS, "_nvml", with_gpm)
-    a = Accounting()
+    a = Books()
     a.feed(GS.gpu_stream(**kw))
-    return S.build(a)
+    return S.build(a.cpu, a.gpu)
 
 
 def _row(n, gap, fig, **extra) -> dict:

@@ -13,13 +13,13 @@ from rich.console import Console
 import gpu_streams as GS
 from rlscope_top.report import gpu_summary
 from rlscope_top.report import summary as S
-from rlscope_top.account.accounting import Accounting
+from rlscope_top.account.books import Books
 
 
 def _summary(**kw) -> dict:
-    a = Accounting()
+    a = Books()
     a.feed(GS.gpu_stream(**kw))
-    return S.build(a)
+    return S.build(a.cpu, a.gpu)
 
 
 def test_gpu_bound_time_and_per_operation_figures():
@@ -149,10 +149,10 @@ def test_gpu_totals_survive_a_lapped_ring(tmp_path):
     late = RingReader(path)                  # joins now: most of the session is gone
     for r in recs[-2:]:
         w.write(r)
-    a = Accounting()
+    a = Books()
     meta = recs[0]
     a.feed([meta, *late.poll()])             # `view` keeps the latest meta the same way
-    s = S.build(a)
+    s = S.build(a.cpu, a.gpu)
     assert late.dropped > 0
     for key in ("gpu_s",):
         assert s["totals"][key] == full["totals"][key]

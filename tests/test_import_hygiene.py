@@ -31,6 +31,13 @@ def _loaded(mods, banned):
     (["rlscope_top.report.gpu_summary", "rlscope_top.account.gpu_accounting", "rlscope_top.collect.gpu_join", "rlscope_top.collect.gpu_decode",
       "rlscope_top.ring.gpu_records"], ["bcc", "textual", "rlscope_top.probes.loader", "cupti", "pynvml"]),
     (["rlscope_top.vocab"], ["bcc", "textual", "rich", "msgpack", "numpy", "psutil", "rlscope_top.probes"]),
+    # GPU accounting is the CPU accounting's peer, not its child; the reader side needs no numpy
+    (["rlscope_top.account.accounting"], ["rlscope_top.account.gpu_figures", "rlscope_top.account.gpu_accounting"]),
+    (["rlscope_top.account.gpu_figures"], ["rlscope_top.account.accounting", "numpy", "rich"]),
+    (["rlscope_top.account.session_figures", "rlscope_top.report.summary", "rlscope_top.report.view"],
+     ["numpy", "rlscope_top.account.gpu_accounting"]),
+    # accounting computes, report presents: no rendering library below report/
+    (["rlscope_top.account.session_figures", "rlscope_top.account.books"], ["rich", "rlscope_top.report"]),
 ])
 def test_layer_imports(mods, banned):
     assert _loaded(mods, banned) == ""

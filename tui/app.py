@@ -250,7 +250,7 @@ class RlscopeApp(App):
             return
         if self.paused:
             return
-        if not self.vm.acct.meta:            # still attaching: the collector loads (or compiles) the probes
+        if self.vm.attaching:                # still attaching: the collector loads (or compiles) the probes
             self._attaching()
             return
         snap = self.last = self.vm.snapshot()
@@ -264,7 +264,7 @@ class RlscopeApp(App):
         self.query_one("#gpu", Static).update(Text("\n".join(snap["gpu"]["lines"])))   # rlscope_top/report/gpu_summary.py
 
     def _attaching(self) -> None:
-        notes = [n["msg"] for n in self.vm.acct.notes]
+        notes = self.vm.notes()
         status = next((m for m in reversed(notes) if m.startswith("attaching")), "attaching")
         # replay: where in the recording (the session was still attaching there), not the screen's age
         when = self.player.status() if self.player is not None else f"[{time.monotonic() - self.opened:.0f}s]"

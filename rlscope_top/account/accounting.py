@@ -13,7 +13,6 @@ import dataclasses
 from ..ring import records as R
 from .engine import Engine, overlap
 from .estimates import CategoryEstimate, Extra
-from .gpu_accounting import GpuView
 from ..probes.catalog import category_of_group
 from ..vocab import CATEGORIES
 
@@ -48,13 +47,11 @@ class Accounting:
         self.sampler: dict | None = None         # the stack sampler's latest state, when one runs
         self.cost: dict | None = None            # cost_meter readings: target system time, monitor CPU, idle
         self.event_drops = 0                     # events the kernel's buffer had no room for
-        self.gpu = GpuView()                     # GPU records (rlscope_top/account/gpu_accounting.py)
         self.procs: list[dict] = []              # the job's processes (``process`` records), newest
 
     def feed(self, records: list[dict]) -> None:
         """Apply records in ring order."""
         for r in records:
-            self.gpu.feed(r)
             t = r.get("t")
             if t == R.META:
                 self.meta = r
@@ -218,22 +215,28 @@ class Accounting:
         """Calibrated probe cost charged to the target's threads, all of them."""
         return sum(sum(th.get("oh", ())) for th in self.threads.values()) / 1e9
 
+    def python_busy(self) -> list[tuple[int, int]] | None:
+        """The Python threads' on-CPU intervals (``--timeline`` only), ns: the CPU side of
+        the exact CPU/GPU overlap."""
+        if self.engine is None:
+            return None
+        py = {th["tid"] for th in self.threads.values() if th["py"]}
+        return [iv for tid, st in self.engine.threads.items() if tid in py for iv in st.busy]
+
     def timeline(self) -> dict | None:
         """The engine's view of the Python threads (``--timeline`` only), in ns."""
         if self.engine is None:
             return None
         py = {th["tid"] for th in self.threads.values() if th["py"]}
         tot = {c: [0, 0] for c in CATEGORIES}
-        busy = []
         for tid, st in self.engine.threads.items():
             if tid in py:
                 for i, c in enumerate(CATEGORIES):
                     tot[c][0] += st.ns[i][0]
                     tot[c][1] += st.ns[i][1]
-                busy += st.busy
         t0 = self.meta.get("t0", 0)
         return {"split": tot, "late_events": self.engine.late,
-                "overlap": overlap(busy, [], t0, self.last_ts)}
+                "overlap": overlap(self.python_busy(), [], t0, self.last_ts)}
 
 
 def apply_extras(rec: dict, extras: dict[str, Extra]) -> None:

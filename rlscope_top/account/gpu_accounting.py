@@ -3,8 +3,8 @@
 Collector side, :class:`GpuTotals` takes joined activity arrays (rlscope_top/collect/gpu_join.py),
 NVML samples, synchronize times and the counters records the collector writes, and
 turns them into one cumulative ``gtot`` ring record per tick: so a reader that starts
-late, or loses records to a lapped ring, still has every GPU figure. Reader side,
-:class:`GpuView` keeps the latest ``gtot`` (and, with ``--timeline``, every interval).
+late, or loses records to a lapped ring, still has every GPU figure. The reader side
+(the latest ``gtot`` and what it adds up to) is rlscope_top/account/gpu_figures.py.
 
 - GPU-bound time is the union of activity intervals (kernels, memcpys, memsets),
   overall, per operation and per device, kept as busy time per 10 ms bin for the last
@@ -24,7 +24,7 @@ import dataclasses
 import numpy as np
 
 from ..ring import gpu_records as G
-from ..ring import records as R
+from ..vocab import OVERLAP_KEYS
 
 BIN_NS = 10_000_000
 REORDER_NS = 3_000_000_000      # GPU records reach the monitor ~0.5-1.5 s after they happen
@@ -41,7 +41,6 @@ MAX_KERNEL_NAMES = 4096
 OTHER_KERNELS = "(other kernels)"
 LIVE_WINDOW_NS = 10_000_000_000     # the screen's "now" figures cover this much ...
 LIVE_LAG_NS = 2_000_000_000         # ... ending this long ago (GPU records arrive late)
-OVERLAP_KEYS = ("cpu_only", "gpu_only", "both", "idle")
 FIGURES = ("kernels", "kernel_ns", "memcpys", "memcpy_ns", "memcpy_bytes", "memsets", "memset_ns", "joined",
            "kernels_joined", "latency_ns")
 
@@ -462,31 +461,3 @@ class GpuTotals:
                            "mem_used_max": v.get("mem_used_max"), "mem_total": v.get("mem_total"),
                            "native": v["native"]}
         return out
-
-
-class GpuView:
-    """Reader side: the latest cumulative GPU record, the sources' status, and (with
-    ``--timeline``) every activity interval for the exact overlap."""
-
-    def __init__(self):
-        self.status: dict[str, dict] = {}
-        self.latest: dict | None = None
-        self.raw: list[tuple[int, int]] | None = None
-
-    @property
-    def have_activity(self) -> bool:
-        """Whether CUPTI is delivering (its status said ok)."""
-        return bool(self.status.get("cupti", {}).get("ok"))
-
-    def feed(self, r: dict) -> None:
-        """Apply one ring record (records this class does not use are ignored)."""
-        t = r.get("t")
-        if t == G.TOTALS:
-            self.latest = r
-            self.status.update(r.get("status") or {})
-        elif t == G.GPU_STATUS:
-            self.status[r["source"]] = r
-        elif t == G.GPU and self.raw is not None:
-            self.raw.extend((it[G.START], it[G.END]) for it in r["items"])
-        elif t == R.META and r.get("timeline") and self.raw is None:
-            self.raw = []

@@ -16,7 +16,7 @@ from typing import Callable
 
 from ..ring import records as R
 from ..report import summary as S
-from ..account.accounting import Accounting
+from ..account.books import Books
 from .collector import Collector
 from ..errors import IncompleteSummary
 from .gpu_source import GpuSource
@@ -91,7 +91,7 @@ def force_exit(signum: int) -> None:
     os._exit(128 + signum)
 
 
-def run(opts: Options, on_tick: Callable[[Accounting], None] | None = None) -> dict:
+def run(opts: Options, on_tick: Callable[[Books], None] | None = None) -> dict:
     """Run a headless session to its end and return the summary document."""
     stop = _Stop()
     old = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -210,15 +210,15 @@ def view(ring_path: str, summary_path: str, interval_s: float = 1.0) -> str:
     return summary_path
 
 
-def _read_to_end(reader: RingReader, acct: Accounting, collector: Collector) -> None:
+def _read_to_end(reader: RingReader, books: Books, collector: Collector) -> None:
     """Everything left in the ring, and the session's meta even where a flood of records
     lapped the ring before the reader saw it (the summary never lacks its pid or window)."""
-    if not acct.meta:
-        acct.feed([collector.meta_record()])
+    if not books.cpu.meta:
+        books.feed([collector.meta_record()])
     while recs := reader.poll():
-        acct.feed(recs)
-    if not acct.meta:
-        acct.feed([collector.meta_record()])
+        books.feed(recs)
+    if not books.cpu.meta:
+        books.feed([collector.meta_record()])
 
 
 def _say_swept(notify) -> None:
@@ -272,7 +272,7 @@ def _session(opts: Options, stop_reason: Callable[[], str | None], on_tick, read
                               timeline=opts.timeline, op_rules=opts.op_rules, sample_hz=opts.sample_hz,
                               sources=[GpuSource(opts.gpu)], children=opts.children,
                               roots=(opts.pid, *opts.more_pids), roles=opts.roles)
-        reader, acct = RingReader(ring.path), Accounting()
+        reader, books = RingReader(ring.path), Books()
         if ready:                    # the screen opens now and says what is going on
             ring.write(R.note(time.monotonic_ns(), "status", ATTACHING))
             screen["owned"] = True
@@ -284,10 +284,10 @@ def _session(opts: Options, stop_reason: Callable[[], str | None], on_tick, read
         notify("status", f"attached to PID {opts.pid} ({collector.probes.n_probes()} probes: {groups}); ring {ring.path}")
         exporter = _Exporter(opts, notify)
         stack.callback(exporter.stop)
-        reason = _loop(opts, collector, reader, acct, stop_reason, exporter.ticked(on_tick, reader))
+        reason = _loop(opts, collector, reader, books, stop_reason, exporter.ticked(on_tick, reader))
         collector.stop_counting(reason)
-        _read_to_end(reader, acct, collector)
-        summary = S.build(acct, ring_path=ring.path if opts.keep_ring else "", dropped=reader.dropped)
+        _read_to_end(reader, books, collector)
+        summary = S.build(books.cpu, books.gpu, ring_path=ring.path if opts.keep_ring else "", dropped=reader.dropped)
         exporter.publish(summary)
         path, failed = S.write_safely(summary, opts.summary_path or S.default_path(opts.pid), opts.pid)
         if failed:
@@ -333,13 +333,13 @@ class _Exporter:
         if self.server is None:
             return on_tick
 
-        def tick(acct: Accounting) -> None:
+        def tick(books: Books) -> None:
             if on_tick:
-                on_tick(acct)
+                on_tick(books)
             now = time.monotonic()
             if now >= self._next:
                 self._next = now + self.opts.interval_s
-                self.publish(S.build(acct, ring_path="", dropped=reader.dropped))
+                self.publish(S.build(books.cpu, books.gpu, ring_path="", dropped=reader.dropped))
         return tick
 
     def publish(self, doc: dict) -> None:
@@ -351,8 +351,8 @@ class _Exporter:
             self.server.shutdown()
 
 
-def _loop(opts: Options, collector: Collector, reader: RingReader, acct: Accounting,
-          stop_reason: Callable[[], str | None], on_tick: Callable[[Accounting], None] | None) -> str:
+def _loop(opts: Options, collector: Collector, reader: RingReader, books: Books,
+          stop_reason: Callable[[], str | None], on_tick: Callable[[Books], None] | None) -> str:
     start = time.monotonic()
     next_tick = start + TICK_S
     while True:
@@ -365,9 +365,9 @@ def _loop(opts: Options, collector: Collector, reader: RingReader, acct: Account
         now = time.monotonic()
         if now >= next_tick:
             collector.tick()
-            acct.feed(reader.poll())
+            books.feed(reader.poll())
             if on_tick:
-                on_tick(acct)
+                on_tick(books)
             next_tick = now + TICK_S
         else:
             collector.poll_windows(now)

@@ -17,7 +17,7 @@ import tempfile
 import threading
 import time
 
-from ..account.accounting import Accounting
+from ..account.books import Books
 from ..report import summary as S
 from ..ring import recording
 from ..ring.ring import DEFAULT_CAPACITY, RingWriter
@@ -29,10 +29,10 @@ Window = recording.Window
 def summary_of(path: str, window: Window = (None, None)) -> dict:
     """The summary of a recording (the session's own when it ended cleanly and the window is all of it)."""
     rec, records = recording.load(path, window)
-    acct = Accounting()
-    acct.feed(records)
+    books = Books()
+    books.feed(records)
     fin = rec.fin if window == (None, None) else None
-    summary = S.build(acct, ring_path=(fin or {}).get("ring_path", ""), dropped=(fin or {}).get("dropped", 0))
+    summary = S.build(books.cpu, books.gpu, ring_path=(fin or {}).get("ring_path", ""), dropped=(fin or {}).get("dropped", 0))
     if fin and fin.get("detach_s") is not None:
         summary["overhead"]["detach_s"] = fin["detach_s"]
     return summary

@@ -13,7 +13,8 @@ import time
 from . import gpu_summary
 from . import summary as S
 from ..account import processes as P
-from ..account.accounting import Accounting
+from ..account.books import Books
+from ..account.session_figures import figures
 from ..ring.ring import RingReader
 from ..vocab import ALL_OP, CATEGORIES, LABELS
 
@@ -70,7 +71,7 @@ class ViewModel:
 
     def __init__(self, ring_path: str, clock=time.monotonic):
         self.reader = RingReader(ring_path)
-        self.acct = Accounting()
+        self.books = Books()                # the CPU and GPU accounting, fed the same records
         self.clock = clock
         self.history: dict[str, collections.deque] = {c: collections.deque(maxlen=HISTORY) for c in CATEGORIES}
         self._prev: tuple[float, dict] | None = None
@@ -80,11 +81,11 @@ class ViewModel:
 
     def poll(self) -> None:
         """Read what the collector wrote since the last call."""
-        self.acct.feed(self.reader.poll())
+        self.books.feed(self.reader.poll())
 
     def reset(self) -> None:
         """Count from now on (the display only; the summary file keeps everything)."""
-        self._base = self.summary()
+        self._base = self.figures()
         self._prev = None
         for h in self.history.values():
             h.clear()
@@ -97,9 +98,22 @@ class ViewModel:
             for h in self.history.values():
                 h.clear()
 
+    @property
+    def attaching(self) -> bool:
+        """Whether the collector is still loading (or compiling) the probes: no session yet."""
+        return not self.books.cpu.meta
+
+    def notes(self) -> list[str]:
+        """Every notice so far, oldest first."""
+        return [n["msg"] for n in self.books.cpu.notes]
+
+    def figures(self) -> dict:
+        """What the accounting adds up to now (the summary document's figures)."""
+        return figures(self.books.cpu, self.books.gpu)
+
     def summary(self) -> dict:
         """The full summary document as it stands."""
-        return S.build(self.acct, ring_path=self.reader.path, dropped=self.reader.dropped)
+        return S.build(self.books.cpu, self.books.gpu, ring_path=self.reader.path, dropped=self.reader.dropped)
 
     def write_summary(self, path: str) -> tuple[str, str | None]:
         """Write the summary as it stands (summary.write_safely: never lost, 0600).
@@ -107,11 +121,11 @@ class ViewModel:
         Returns:
             (the path written, why ``path`` failed or None).
         """
-        return S.write_safely(self.summary(), path, self.acct.meta.get("pid", 0))
+        return S.write_safely(self.summary(), path, self.books.cpu.meta.get("pid", 0))
 
     def snapshot(self) -> dict:
         """Everything the screen shows, for this refresh (categories: the scope's; the rest: the job's)."""
-        s = self.summary()
+        s = self.figures()
         procs = {p["pid"]: p for p in s.get("processes") or []}
         if self.scope is not None and self.scope not in procs:
             self.set_scope(None)
@@ -123,15 +137,15 @@ class ViewModel:
         cat_shares, _ = _shares(cat)
         for c in CATEGORIES:
             self.history[c].append(100 * cat_shares[c])
-        meta = self.acct.meta
+        meta = self.books.cpu.meta
         return {
-            "pid": s["pid"], "command": s["command"], "uptime_s": self.acct.duration_s,
+            "pid": s["pid"], "command": s["command"], "uptime_s": self.books.cpu.duration_s,
             "groups": sorted(meta.get("groups", {})),
             "modes": s["budget"]["modes"], "calibrated": s["overhead"]["calibrated"],
             # the session's self-reported overhead (as the summary has it) and the latest window's
-            "overhead_pct": s["overhead"]["estimated_pct"] or 0.0, "overhead_now_pct": self.acct.live_overhead_pct,
+            "overhead_pct": s["overhead"]["estimated_pct"] or 0.0, "overhead_now_pct": self.books.cpu.live_overhead_pct,
             "dropped": self.reader.dropped,
-            "end_reason": s["end_reason"], "ended": self.acct.end_reason is not None,
+            "end_reason": s["end_reason"], "ended": self.books.cpu.end_reason is not None,
             "categories": [{"name": c, "label": LABELS[c], "seconds": cat[c], "share": cat_shares[c],
                             "source": _source(s, c), "history": list(self.history[c])} for c in CATEGORIES],
             "job": _job_line(s),
@@ -142,13 +156,13 @@ class ViewModel:
             "processes": [_process_row(p) for p in procs.values()],
             "scope": None if self.scope is None else {"pid": self.scope, "role": procs[self.scope]["role"]},
             "gpu": {"available": s["totals"]["gpu_s"] is not None, "lines": gpu_summary.lines(s)},
-            "warnings": [self._when(n) + n["msg"] for n in self.acct.notes if n["level"] in ("warn", "error")],
-            "notes": [n["msg"] for n in self.acct.notes],
+            "warnings": [self._when(n) + n["msg"] for n in self.books.cpu.notes if n["level"] in ("warn", "error")],
+            "notes": self.notes(),
         }
 
     def _when(self, note: dict) -> str:
         """'at 12s: ' for a notice: a budget step is an event of the past, not the state now."""
-        t0 = self.acct.meta.get("t0", 0)
+        t0 = self.books.cpu.meta.get("t0", 0)
         return f"at {(note['ts'] - t0) / 1e9:.0f}s: " if t0 and note.get("ts", 0) >= t0 else ""
 
     def _ops(self, s: dict) -> list[dict]:

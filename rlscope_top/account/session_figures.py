@@ -1,0 +1,362 @@
+"""A session's figures: what the CPU and the GPU accounting add up to, as the plain data
+of the summary document (docs/summary-schema.md). report/summary.py makes the document and
+its table of them; the live screen's view model asks for them each refresh.
+
+``None`` (vocab.NA) is the one "not available" value.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from . import frameworks as FW
+from . import operations as O
+from . import processes as P
+from .accounting import Accounting
+from .gpu_figures import GpuView, agent_cost_ns, place_gpu
+from ..ring.records import seconds as _s
+from ..vocab import ALL_OP, CATEGORIES, NA, TRANSITIONS
+
+
+def _figures(acct: Accounting, threads: list[dict], wall_s: float, ops: bool = False,
+             call_threads: list[dict] | None = None) -> dict:
+    """Totals, calls and transitions for a set of threads, NA where nothing probed it.
+
+    With ``ops``, also the per-operation rows, and Python time inside simulation
+    operations moves to the simulator in the totals (operations.py has the rules).
+    ``call_threads``: count calls over these instead (the whole job: a simulator stepped on
+    its own C++ threads makes its calls there).
+    """
+    b = acct.breakdown(threads)
+    split = acct.corrected(b)
+    # a category with time is shown even if its probes are gone (the totals must add up)
+    have = acct.attached_categories() | {c for c in CATEGORIES if sum(b["split"][c])}
+    rows = []
+    if ops:
+        m = acct.breakdown([th for th in acct.threads.values() if th["py"]])   # before the estimates
+        rows = O.raw_rows(acct, {**m, "split": acct.corrected(m)})
+        # the totals are the parts' sum: operations always add up to them, estimated or not
+        split = {c: [sum(r["ns"][c][k] for r in rows) for k in (0, 1)] for c in CATEGORIES}
+    sim_py = O.simulation_python_ns(rows)
+    if any(sim_py):
+        have = have | {"simulator"}
+        for k in (0, 1):
+            moved = min(sim_py[k], split["python"][k])     # never below zero (estimates took some)
+            split["python"][k] -= moved
+            split["simulator"][k] += moved
+    totals = _totals(split, have, wall_s)
+    raw = _totals(b["split"], have, wall_s)
+    nc = acct.breakdown(call_threads)["calls"] if call_threads is not None else b["calls"]
+    have = have | {c for i, c in enumerate(CATEGORIES) if nc[i]}
+    calls = {c: (nc[i] if c in have else NA) for i, c in enumerate(CATEGORIES) if c != "python"}
+    trans = {}
+    for name, (a, z) in TRANSITIONS.items():
+        trans[name] = b["trans"][a][z] if CATEGORIES[z] in have else NA
+    on_off = {c: {"on_cpu_s": _s(split[c][0]), "off_cpu_s": _s(split[c][1])}
+              for c in CATEGORIES if c in have}
+    out = {"totals": totals, "raw": {k: v for k, v in raw.items() if k not in ("wall_s", "gpu_s")},
+           "split": on_off, "calls": calls, "transitions": trans,
+           "correction_s": {c: _s(b["oh"][c]) for c in CATEGORIES if c in have}}
+    if any(sim_py):
+        out["simulation_split"] = {"python_s": _s(sum(sim_py)), "native_s": _s(sum(split["simulator"]) - sum(sim_py))}
+    if ops:
+        cat_total = sum(sum(v) for v in split.values())
+        rows = rows if acct.ops else []
+        out["operations"] = {r["name"]: O.figures(r, have, cat_total) for r in rows}
+        O.inclusive_shares(rows, out["operations"])
+    return out
+
+
+def _totals(split: dict, have: set, wall_s: float) -> dict:
+    totals = {"wall_s": round(wall_s, 6),
+              "on_cpu_s": _s(sum(v[0] for v in split.values())),
+              "off_cpu_s": _s(sum(v[1] for v in split.values()))}
+    for c in CATEGORIES:
+        totals[f"{c}_s"] = _s(sum(split[c])) if c in have else NA
+    totals["gpu_s"] = NA
+    return totals
+
+
+def _shares(totals: dict) -> dict:
+    vals = {c: totals.get(f"{c}_s") or 0.0 for c in CATEGORIES}
+    tot = sum(vals.values())
+    return {c: (round(v / tot, 6) if tot else NA) for c, v in vals.items()}
+
+
+def _sources(acct: Accounting) -> dict:
+    have = acct.attached_categories()
+    src = {"wall_s": "exact", "on_cpu_s": "exact", "off_cpu_s": "exact", "python_s": "exact",
+           "gpu_s": "unavailable", "overhead.estimated_s": "estimated", "operations": "exact"}
+    for c in CATEGORIES[1:]:
+        state = "exact" if c in have else "unavailable"
+        src[f"{c}_s"] = src[f"calls.{c}"] = state
+    for name, (_, z) in TRANSITIONS.items():
+        src[f"transitions.{name}"] = "exact" if CATEGORIES[z] in have else "unavailable"
+    src["frameworks"] = FW.source(acct)
+    for cat, info in acct.estimate_info().items():      # the budget made these cheaper
+        state = "estimating" if info["unknown"] else "estimated"
+        src[f"{cat}_s"] = src["python_s"] = state
+        if info["extra_calls"]:
+            src[f"calls.{cat}"] = "estimated"
+            for name, (_, z) in TRANSITIONS.items():
+                if CATEGORIES[z] == cat:
+                    src[f"transitions.{name}"] = "estimated"
+    return src
+
+
+TICK_PLACES = ("python", "backend", "simulator", "cuda_api", "other", "kernel")
+
+
+def _where(th: dict) -> dict | None:
+    """Shares of a thread's on-CPU ticks by where it ran (sampled at 250 Hz)."""
+    ticks = th.get("ticks")
+    n = sum(ticks or ())
+    if not n:
+        return NA
+    return {p: round(v / n, 4) for p, v in zip(TICK_PLACES, ticks) if v and p != "python"}
+
+
+def _thread_row(acct: Accounting, th: dict, wall_s: float) -> dict:
+    """One thread. A thread that never ran Python has no Python time: what the probes did not
+    bracket is ``native_s``, with where the 250 Hz tick found it running (``where``) and the
+    category that is most of it (``category``, sampled)."""
+    f = _figures(acct, [th], wall_s)["totals"]
+    row = {"tid": th["tid"], "pid": th.get("pid", acct.meta.get("pid")), "name": th["name"],
+           "python_thread": th["py"], "exited": th["exited"],
+           **{k: v for k, v in f.items() if k not in ("wall_s", "gpu_s")}, "where": _where(th)}
+    if not th["py"]:
+        row["native_s"], row["python_s"] = row["python_s"], NA
+        w = {k: v for k, v in (row["where"] or {}).items() if k in CATEGORIES}
+        row["category"] = max(w, key=w.get) if w and max(w.values()) >= 0.5 else "native"
+    return row
+
+
+def _job(acct: Accounting, all_threads: list[dict], main: dict) -> dict:
+    """The whole job two ways. ``critical_path``: the Python threads' wall time (RL-Scope's
+    view), with their off-CPU time outside probed calls as ``waiting_s`` (blocked on a worker,
+    a queue, a lock, I/O), not Python, and ``runnable_s``: their off-CPU time, in any category,
+    while runnable (waiting for a CPU the machine did not have: a busy machine, not the job). ``cpu_s``: on-CPU seconds of every thread by category:
+    probed time exactly, the rest of native threads by where the tick found them (sampled)."""
+    py_split = main["split"].get("python") or {}
+    py_threads = [th for th in all_threads if th["py"]]
+    off = sum(sum(ns[1] for ns in th["ns"]) for th in py_threads)
+    runnable = min(off, sum(th.get("pre", 0) for th in py_threads))
+    waiting = py_split.get("off_cpu_s")
+    if waiting is not None and off:      # the share of Python's off-CPU time that was not blocked
+        waiting = _s(waiting * 1e9 * (1 - runnable / off))
+    crit = {"python_s": py_split.get("on_cpu_s"), "waiting_s": waiting, "runnable_s": _s(runnable)}
+    for c in CATEGORIES[1:]:
+        crit[f"{c}_s"] = main["totals"].get(f"{c}_s")
+    cpu = dict.fromkeys((*CATEGORIES, "native", "kernel"), 0.0)
+    for th in all_threads:
+        on = [x[0] for x in _corrected_ns(acct, th)]
+        for i, c in enumerate(CATEGORIES[1:], start=1):
+            cpu[c] += on[i]
+        if th["py"]:
+            cpu["python"] += on[0]
+            continue
+        w = _where(th) or {}
+        for c in ("backend", "simulator", "cuda_api", "kernel"):
+            cpu[c] += on[0] * w.get(c, 0.0)
+        cpu["native"] += on[0] * (w.get("other", 0.0) if w else 1.0)
+    n_py = sum(1 for th in all_threads if th["py"])
+    return {"critical_path": crit, "cpu_s": {k: _s(v) for k, v in cpu.items()},
+            "threads": {"python": n_py, "native": len(all_threads) - n_py}}
+
+
+def _processes(acct: Accounting, all_threads: list[dict], wall_s: float) -> list[dict]:
+    """Per process of the job: its command, role, totals, calls, transitions and the time its
+    Python threads waited off-CPU outside probed calls (on a worker, a pipe, a queue, a lock),
+    with what its main thread waited for (``waits_for``: sampled, collect/waits.py).
+    The job's totals are their sum; operations are the main process's (its annotations and
+    stack samples)."""
+    main_pid = acct.meta.get("pid")
+    procs = acct.procs or ([{"pid": main_pid, "ppid": 0, "cmd": acct.meta.get("cmd", ""), "python": True,
+                             "exited": False, "role": None}] if main_pid else [])
+    cmd_of = {p["pid"]: p["cmd"] for p in procs}
+    out = []
+    for p in procs:
+        mine = P.threads_of(all_threads, p["pid"], main_pid)
+        f = _figures(acct, [th for th in mine if th["py"]], wall_s, call_threads=mine)
+        job = _job(acct, mine, f)
+        totals = {k: v for k, v in f["totals"].items() if k != "gpu_s"}
+        ops = P.op_seconds(p.get("ops"), acct.ops)
+        moved = P.move_simulation_python(totals, ops)
+        waiting = job["critical_path"]["waiting_s"]
+        op_s = {n: _s(sum(sum(x) for x in o["ns"].values()) * 1e9) for n, o in ops.items()}
+        out.append({"pid": p["pid"], "ppid": p["ppid"], "command": p["cmd"],
+                    "role": P.guess_role(p, main_pid, f["calls"], moved[0] + moved[1], op_s,
+                                         cmd_of.get(p["ppid"], "")),
+                    "role_source": "user" if p.get("role") else "guessed",
+                    "python": p["python"], "exited": p["exited"], "threads": len(mine), "totals": totals,
+                    "waiting_s": None if waiting is None else _s(max(0.0, waiting - moved[1]) * 1e9),
+                    "simulation_python_s": _s(sum(moved) * 1e9),
+                    "operations": op_s, "waits": p.get("waits"),
+                    "cpu_s": job["cpu_s"], "calls": f["calls"], "transitions": f["transitions"]})
+    role_of = {q["pid"]: q["role"] for q in out}
+    for q in out:
+        q["waits_for"] = P.waits_for(q.pop("waits"), q["waiting_s"], role_of)
+    return out
+
+
+def _corrected_ns(acct: Accounting, th: dict) -> list[list[float]]:
+    split = acct.corrected(acct.breakdown([th]))
+    return [split[c] for c in CATEGORIES]
+
+
+def _estimates(acct: Accounting, totals: dict) -> dict:
+    """Per category the budget estimated: how (``mode``), from how many timed windows
+    (``windows``, ``window_s``), over how much of the session (``estimated_s``), and its 95%
+    bound, in seconds and in percentage points of the category's share (None while fewer than
+    two windows show how they spread). ``state`` is ``estimating`` while some of it has calls
+    but no window to time them yet: its figures then read n/a."""
+    whole = sum(totals.get(f"{c}_s") or 0.0 for c in CATEGORIES)
+    out = {}
+    for cat, info in acct.estimate_info().items():
+        b = info["bound_ns"]
+        out[cat] = {"mode": info["mode"], "windows": info["windows"], "window_s": round(info["window_s"], 3),
+                    "estimated_s": round(info["estimated_s"], 3),
+                    "bound_s": _s(b) if b is not None else NA,
+                    "bound_pp": round(100 * b / 1e9 / whole, 2) if b is not None and whole else NA,
+                    "state": "estimating" if info["unknown"] else "ok",
+                    "window_ms_per_tick": round(info["ns_per_tick"] / 1e6, 3) if info.get("ns_per_tick") else NA}
+    return out
+
+
+def _hide_unknown(doc: dict) -> None:
+    """A category still estimating reads n/a, and so does Python, whose time it would take."""
+    for cat, e in doc["estimates"].items():
+        if e["state"] != "estimating":
+            continue
+        for key in (f"{cat}_s", "python_s"):
+            doc["totals"][key] = NA
+            doc["shares"][key[:-2]] = NA
+
+
+def figures(acct: Accounting, gpu: GpuView | None = None) -> dict:
+    """What a session's records add up to: the figures of the summary document
+    (docs/summary-schema.md) but its schema, ring and detach fields.
+
+    Args:
+        acct: the CPU accounting.
+        gpu: its peer, the GPU accounting fed the same records (None: no GPU records).
+    """
+    gpu = gpu if gpu is not None else GpuView()
+    meta = acct.meta
+    wall_s = acct.duration_s
+    all_threads = acct.all_threads()          # the budget's estimates, computed once
+    main = _figures(acct, [th for th in all_threads if th["py"]], wall_s, ops=True, call_threads=all_threads)
+    correction = main.pop("correction_s")
+    per_op = main.pop("operations")
+    threads = [_thread_row(acct, th, wall_s) for th in sorted(all_threads, key=lambda t: t["tid"])]
+    by_source = _overhead_by_source(acct, gpu)
+    overhead_s = sum(by_source.values())
+    labels_hits = acct.probe_hits()
+    started = dt.datetime.fromtimestamp(meta.get("wall0", 0), dt.timezone.utc).isoformat(timespec="seconds")
+    doc = {
+        "pid": meta.get("pid"),
+        "command": meta.get("cmd", ""),
+        "started_at": started,
+        "duration_s": round(wall_s, 6),
+        "end_reason": acct.end_reason,
+        "window": {"t0_monotonic_ns": meta.get("t0"), "t1_monotonic_ns": acct.last_ts or None},
+        **main,
+        "shares": _shares(main["totals"]),
+        "estimates": _estimates(acct, main["totals"]),
+        "job": _job(acct, all_threads, main),
+        "operations": {ALL_OP: {**main["totals"], "calls": main["calls"], "transitions": main["transitions"]},
+                       **per_op},
+        "frameworks": FW.summarize(acct, [th for th in all_threads if th["py"]], main["totals"], main["calls"]),
+        "threads": threads,
+        "processes": _processes(acct, all_threads, wall_s),
+        "ranges": {n: {"count": r.count, "total_s": _s(r.total_ns)} for n, r in sorted(acct.ranges.items())},
+        "probes": {"attached": {g: {"libs": libs,
+                                    "probes": sum(2 if p["kind"] == "pair" else 1
+                                                  for p in meta.get("probes", []) if p["group"] == g)}
+                                for g, libs in meta.get("groups", {}).items()},
+                   "missing": meta.get("missing", {}), "hits": labels_hits,
+                   "program": meta.get("program") or NA},
+        "overhead": {"probe_hits": sum(acct.hits), "estimated_s": round(overhead_s, 6),
+                     "estimated_pct": round(100 * overhead_s / wall_s, 3) if wall_s else NA,
+                     "by_category_s": correction,
+                     "by_source_s": {k: round(v, 6) for k, v in by_source.items()},
+                     "calibrated": bool(meta.get("calibrated")), "detach_s": NA},
+        "budget": {"max_overhead_pct": meta.get("max_overhead_pct"),
+                   "modes": {**{c: e["mode"] for c, e in acct.estimate_info().items()}, **acct.source_modes},
+                   "samples": {c: acct.samples(c) for c in acct.modes},
+                   "steps": [{"at_s": round((r["ts"] - (meta.get("t0") or r["ts"])) / 1e9, 3),
+                              "category": r["category"], "mode": r["mode"],
+                              "overhead_pct": round(r["overhead_pct"], 2)} for r in acct.budget_steps]},
+        "sampler": _sampler(acct, wall_s),
+        "timeline": _timeline(acct),
+        "sources": _sources(acct),
+        "notes": [n["msg"] for n in acct.notes],
+    }
+    if "simulation_split" in main and doc["sources"]["simulator_s"] == "unavailable":
+        doc["sources"]["simulator_s"] = "operations"     # Python time in simulation operations, no probes
+    place_gpu(doc, gpu, acct.python_busy() if gpu.raw is not None else None)   # gpu_s, overlap_s, `gpu`
+    _hide_unknown(doc)
+    return doc
+
+
+def _overhead_by_source(acct: Accounting, gpu: GpuView) -> dict[str, float]:
+    """What profiling costs the target, in seconds, by where it comes from: the probes'
+    calibrated cost; the scheduler probe (calibrated cost per context switch of the target's
+    threads); measured kernel time and monitor CPU beyond those (`_measured_extra_s`); the
+    stack sampler (austin's CPU time: a core the machine does not have for the job); the GPU
+    agent's buffer callbacks; and CUPTI's own cost per traced activity
+    (gpu_source.CUPTI_NS_PER_ACTIVITY)."""
+    cb, total = agent_cost_ns(gpu)
+    switches = sum(th.get("sw", 0) for th in acct.threads.values())
+    sampler = (acct.sampler or {}).get("cpu_s") or 0.0
+    probes, sched = acct.estimated_overhead_s(), switches * acct.meta.get("switch_ns", 0) / 1e9
+    kernel, contention = _measured_extra_s(acct.cost, acct.duration_s, probes + sched)
+    return {"probes": probes, "scheduler": sched, "kernel_extra": kernel, "contention": contention,
+            "sampler": sampler, "gpu_agent": cb / 1e9, "cupti": max(0, total - cb) / 1e9}
+
+
+# The target's own system time moves by more than the probes add when it is large: the demo's
+# (0.15-0.22 s/s between stretches, unattached) read 13% of "extra" against a 2-3 s baseline.
+# Below this pre-attach rate (compute-bound programs: rl-zoo3 PPO 0.003-0.007) the rise is the probes'.
+QUIET_SYS_PER_S = 0.05
+
+
+def _measured_extra_s(cost: dict | None, wall_s: float, explained_s: float) -> tuple[float, float]:
+    """What rlscope_top/collect/cost_meter.py measured beyond the calibrated figures, in seconds:
+    the target's extra system time (over its pre-attach rate, when that rate is low enough
+    to tell the probes' part: QUIET_SYS_PER_S) that the probes' and the scheduler probe's
+    calibrated cost does not explain; and the monitor's CPU that the machine's idle CPU could
+    not have given it (a busy machine), times the target's share of the rest of the machine's
+    busy CPU time (the part that came out of the job)."""
+    if not cost:
+        return 0.0, 0.0
+    base = cost.get("base_sys_per_s")
+    kernel = 0.0
+    if base is not None and base <= QUIET_SYS_PER_S:
+        kernel = max(0.0, cost["target_sys_s"] - base * wall_s - explained_s)
+    taken = max(0.0, cost["monitor_cpu_s"] - cost["idle_cpu_s"])
+    others = cost["busy_cpu_s"] - cost["monitor_cpu_s"]     # what the monitor may have displaced
+    share = min(1.0, cost["target_cpu_s"] / others) if others > 0 else 1.0
+    return kernel, taken * share
+
+
+def _sampler(acct: Accounting, wall_s: float) -> dict | None:
+    """The stack sampler (zero-change operations): rate, samples, and its own CPU cost."""
+    smp = acct.sampler
+    if smp is None:
+        return NA
+    cpu = smp.get("cpu_s")
+    return {"tool": "austin", "hz": smp["hz"], "samples": smp["samples"], "invalid": smp["invalid"],
+            "cpu_s": cpu, "cpu_pct_of_one_core": round(100 * cpu / wall_s, 3) if cpu is not None and wall_s else NA,
+            "error": smp.get("error")}
+
+
+def _timeline(acct: Accounting) -> dict | None:
+    tl = acct.timeline()
+    if tl is None:
+        return NA
+    return {"totals": {f"{c}_s": _s(sum(v)) for c, v in tl["split"].items()},
+            "split": {c: {"on_cpu_s": _s(v[0]), "off_cpu_s": _s(v[1])} for c, v in tl["split"].items()},
+            "late_events": tl["late_events"],
+            "dropped_events": acct.event_drops,
+            "overlap_s": {k: _s(v) for k, v in tl["overlap"].items()}}
