@@ -1,6 +1,7 @@
 """`rlscope-top calibrate`: measure what each probe kind costs on this machine.
 
-Differential runs, alternating unprobed and probed, on a calibration library whose
+Differential runs, in rounds of unprobed, probed, probed, unprobed loops (paired
+differences, so that the machine's wandering speed cancels), on a calibration library whose
 entry points start with a known instruction (probes/calib.c): emulated `push` or an
 out-of-line RIP-relative `lea`. The probed run's own in-kernel accounting tells how
 much of each hit's cost lands inside the probed region; the rest lands in the caller.
@@ -25,7 +26,7 @@ from ..errors import CalibrationError
 
 N_CALLS = 20011          # prime, so a miscount cannot hide in a round number
 K_WORK = 400             # body of about 0.5 us
-REPEATS = 5
+ROUNDS = 9            # unprobed-probed-probed-unprobed rounds a kind (paired differences)
 LIB_RE = r"^libcal\.so$"
 
 MODES = {  # calibration kind -> (target loop, probes)
@@ -83,33 +84,58 @@ def _specs(kind: str) -> tuple[list[ProbeSpec], int]:
     return [ProbeSpec("calib", LIB_RE, sym, CAT_SIM, k, sym) for sym, k in probes], CAT_SIM
 
 
+def _probed(t: _Target, specs: list[ProbeSpec]) -> ProbeSet:
+    ps = ProbeSet(t.p.pid, specs, calibration=_zero())
+    ps.load()
+    ps.start()
+    return ps
+
+
+def _probed_loop(ps: ProbeSet, t: _Target, kind: str, loop: str, cat: int) -> tuple[float, float]:
+    """(ns per call, ns per call inside the probed region) of one probed loop."""
+    s0, c0 = _cat_ns(ps, t.p.pid, cat)
+    r = t.ask(f"loop {loop} {N_CALLS} {K_WORK}")
+    s1, c1 = _cat_ns(ps, t.p.pid, cat)
+    if c1 - c0 != N_CALLS:
+        raise CalibrationError(f"{kind}: probes saw {c1 - c0} calls, expected {N_CALLS}",
+                               hint="another monitor may be attached; try again")
+    return r["loop_ns"] / N_CALLS, (s1 - s0 - r["body_ns"]) / N_CALLS
+
+
 def _measure_mode(t: _Target, kind: str, say) -> dict:
+    """A probe kind's cost per call: rounds of unprobed, probed, probed, unprobed loops (the
+    probes attached for the middle two), so each difference is taken within a second."""
     loop = "torch" if kind == "bracket_torch" else MODES[kind][0]
     specs, cat = _specs(kind)
-    base, probed, inside = [], [], []
-    for _ in range(REPEATS):
-        base.append(t.ask(f"loop {loop} {N_CALLS} {K_WORK}")["loop_ns"] / N_CALLS)
-        ps = ProbeSet(t.p.pid, specs, calibration=_zero())
-        ps.load()
-        ps.start()
+    base, probed, inside, diffs = [], [], [], []
+    for _ in range(ROUNDS):
+        a1 = t.ask(f"loop {loop} {N_CALLS} {K_WORK}")["loop_ns"] / N_CALLS
+        ps = _probed(t, specs)
         try:
-            s0, c0 = _cat_ns(ps, t.p.pid, cat)
-            r = t.ask(f"loop {loop} {N_CALLS} {K_WORK}")
-            s1, c1 = _cat_ns(ps, t.p.pid, cat)
+            (p1, i1), (p2, i2) = (_probed_loop(ps, t, kind, loop, cat) for _ in range(2))
         finally:
             ps.stop()
-        if c1 - c0 != N_CALLS:
-            raise CalibrationError(f"{kind}: probes saw {c1 - c0} calls, expected {N_CALLS}",
-                                   hint="another monitor may be attached; try again")
-        probed.append(r["loop_ns"] / N_CALLS)
-        inside.append((s1 - s0 - r["body_ns"]) / N_CALLS)
-    # The least disturbed repeat of each: anything else on the machine only adds time, and one
-    # slow stretch (a CI neighbour) once put a torch bracket at 2,825 ns against ~1,700.
-    b, p = min(base), min(probed)
-    total = max(0.0, p - b)
-    say(f"{kind:>13}: {b:8.0f} ns/call unprobed, {p:8.0f} probed -> {total:6.0f} ns per call")
+        a2 = t.ask(f"loop {loop} {N_CALLS} {K_WORK}")["loop_ns"] / N_CALLS
+        base += [a1, a2]
+        probed += [p1, p2]
+        inside += [i1, i2]
+        diffs.append((p1 + p2 - a1 - a2) / 2)
+    # The machine's speed wanders: on an AMD EPYC VM the same unprobed loop read 700 and 1,400 ns
+    # per call seconds apart. So only differences taken close together are compared, and their
+    # median keeps a slow stretch (a CI neighbour) out. (Two twin processes, one probed, would
+    # pair more tightly, but a uprobe traps in every process that maps the library: the pid
+    # filter acts in the handler, after the trap.)
+    total = max(0.0, statistics.median(diffs))
+    say(f"{kind:>13}: {statistics.median(base):8.0f} ns/call unprobed, {statistics.median(probed):8.0f} probed "
+        f"-> {total:6.0f} ns per call (paired, {len(diffs)} rounds, spread {_spread(diffs):.0f} ns)")
     ins = max(0, min(round(statistics.median(inside)), round(total)))
     return {"outside": round(total) - ins, "inside": ins}
+
+
+def _spread(xs: list[float]) -> float:
+    """Half the interquartile range."""
+    q = statistics.quantiles(xs, n=4)
+    return (q[2] - q[0]) / 2
 
 
 def _torch_split(total: dict, c_bracket: dict) -> dict:
@@ -159,7 +185,7 @@ def run(say=print) -> dict:
             kinds["sched_switch"] = _measure_sched(t, say)
         finally:
             t.close()
-    details = {"n_calls": N_CALLS, "repeats": REPEATS, "k_work": K_WORK}
+    details = {"n_calls": N_CALLS, "rounds": ROUNDS, "k_work": K_WORK, "paired": True}
     path = calibration.save(kinds, details)
     say(f"saved for '{calibration.machine_key()}' in {path}")
     return kinds
