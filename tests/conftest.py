@@ -43,7 +43,7 @@ def calibration_file(tmp_path_factory) -> str:
 
 @pytest.fixture
 def fresh_calibration(tmp_path) -> str:
-    """`rlscope-top calibrate` just before the test (~25 s), for corrections that need the
+    """`rlscope-top calibrate` just before the test (~45 s), for corrections that need the
     machine's costs as they are now: on the AMD EPYC VM a torch bracket measured minutes apart
     moved by 1.6x (docs/accuracy.md, "A noisy machine")."""
     if ebpf_problem():
