@@ -37,13 +37,13 @@ from attach_cost import PY, Target, _wait_line  # noqa: E402
 import psutil  # noqa: E402
 
 
-def _austin_alone(pid: int, hz: int = 100) -> tuple[subprocess.Popen, int, None]:
+def _austin_alone(pid: int, tmp: str, hz: int = 100) -> tuple[subprocess.Popen, None]:
     a = subprocess.Popen([os.path.join(os.path.dirname(PY), "austin"), "-P", "-i", f"{1_000_000 // hz}us", "-p", str(pid)],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return a, a.pid, None
+    return a, None
 
 
-def _monitor(pid: int, tmp: str) -> tuple[subprocess.Popen, int, str]:
+def _monitor(pid: int, tmp: str) -> tuple[subprocess.Popen, str]:
     summary = os.path.join(tmp, "s.json")
     m = subprocess.Popen([PY, "-m", "rlscope_top.cli", "attach", str(pid), "--summary", summary],
                          stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, cwd=tmp)
@@ -53,9 +53,8 @@ def _monitor(pid: int, tmp: str) -> tuple[subprocess.Popen, int, str]:
     threading.Thread(target=lambda: [None for _ in m.stderr], daemon=True).start()
     end = time.monotonic() + 10
     while time.monotonic() < end:
-        kids = [c for c in psutil.Process(m.pid).children(recursive=True) if c.name() == "austin"]
-        if kids:
-            return m, kids[0].pid, summary
+        if any(c.name() == "austin" for c in psutil.Process(m.pid).children(recursive=True)):
+            return m, summary
         time.sleep(0.1)
     raise RuntimeError("the monitor started no austin")
 
@@ -73,7 +72,7 @@ def _signal(proc: subprocess.Popen, sig: int) -> None:
 
 def measure(t: Target, start, windows: int, window: float, tmp: str) -> dict:
     """Alternate sampler on / off windows; the ratio of each on window's speed to its neighbours'."""
-    proc, austin, summary = start(t.p.pid, tmp) if start is _monitor else start(t.p.pid)
+    proc, summary = start(t.p.pid, tmp)
     time.sleep(1.0)
     spans = []                                   # (on?, steps/s)
     try:
@@ -93,8 +92,8 @@ def measure(t: Target, start, windows: int, window: float, tmp: str) -> dict:
         near = [spans[j][1] for j in (i - 1, i + 1) if 0 <= j < len(spans)]
         if on and near:
             ratios.append(statistics.mean(near) / v)
-    out = {"slowdown": statistics.median(ratios), "q1": statistics.quantiles(ratios, n=4)[0],
-           "q3": statistics.quantiles(ratios, n=4)[2], "pairs": len(ratios),
+    q1, _, q3 = statistics.quantiles(ratios, n=4)
+    out = {"slowdown": statistics.median(ratios), "q1": q1, "q3": q3, "pairs": len(ratios),
            "off_speed": statistics.median(v for on, v in spans if not on)}
     if summary:
         s = json.load(open(summary))

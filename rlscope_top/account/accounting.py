@@ -220,14 +220,17 @@ class Accounting:
         the exact CPU/GPU overlap."""
         if self.engine is None:
             return None
-        py = {th["tid"] for th in self.threads.values() if th["py"]}
+        py = self._python_tids()
         return [iv for tid, st in self.engine.threads.items() if tid in py for iv in st.busy]
+
+    def _python_tids(self) -> set[int]:
+        return {th["tid"] for th in self.threads.values() if th["py"]}
 
     def timeline(self) -> dict | None:
         """The engine's view of the Python threads (``--timeline`` only), in ns."""
         if self.engine is None:
             return None
-        py = {th["tid"] for th in self.threads.values() if th["py"]}
+        py = self._python_tids()
         tot = {c: [0, 0] for c in CATEGORIES}
         for tid, st in self.engine.threads.items():
             if tid in py:

@@ -84,7 +84,12 @@ def _specs(kind: str) -> tuple[list[ProbeSpec], int]:
     return [ProbeSpec("calib", LIB_RE, sym, CAT_SIM, k, sym) for sym, k in probes], CAT_SIM
 
 
+def _loop(t: _Target, loop: str) -> dict:
+    return t.ask(f"loop {loop} {N_CALLS} {K_WORK}")
+
+
 def _probed(t: _Target, specs: list[ProbeSpec]) -> ProbeSet:
+    """Probes on ``t`` from the kept program (~0.2 s), attached."""
     ps = ProbeSet(t.p.pid, specs, calibration=_zero())
     ps.load()
     ps.start()
@@ -94,7 +99,7 @@ def _probed(t: _Target, specs: list[ProbeSpec]) -> ProbeSet:
 def _probed_loop(ps: ProbeSet, t: _Target, kind: str, loop: str, cat: int) -> tuple[float, float]:
     """(ns per call, ns per call inside the probed region) of one probed loop."""
     s0, c0 = _cat_ns(ps, t.p.pid, cat)
-    r = t.ask(f"loop {loop} {N_CALLS} {K_WORK}")
+    r = _loop(t, loop)
     s1, c1 = _cat_ns(ps, t.p.pid, cat)
     if c1 - c0 != N_CALLS:
         raise CalibrationError(f"{kind}: probes saw {c1 - c0} calls, expected {N_CALLS}",
@@ -109,13 +114,13 @@ def _measure_mode(t: _Target, kind: str, say) -> dict:
     specs, cat = _specs(kind)
     base, probed, inside, diffs = [], [], [], []
     for _ in range(ROUNDS):
-        a1 = t.ask(f"loop {loop} {N_CALLS} {K_WORK}")["loop_ns"] / N_CALLS
+        a1 = _loop(t, loop)["loop_ns"] / N_CALLS
         ps = _probed(t, specs)
         try:
             (p1, i1), (p2, i2) = (_probed_loop(ps, t, kind, loop, cat) for _ in range(2))
         finally:
             ps.stop()
-        a2 = t.ask(f"loop {loop} {N_CALLS} {K_WORK}")["loop_ns"] / N_CALLS
+        a2 = _loop(t, loop)["loop_ns"] / N_CALLS
         base += [a1, a2]
         probed += [p1, p2]
         inside += [i1, i2]
@@ -153,9 +158,7 @@ def _measure_sched(t: _Target, say) -> dict:
     for _ in range(3):
         r = t.ask(f"pingpong {n}")
         base.append(r["loop_ns"] / max(1, r["switches"]))
-        ps = ProbeSet(t.p.pid, [], calibration=_zero())
-        ps.load()
-        ps.start()
+        ps = _probed(t, [])            # the scheduler probe alone
         try:
             r = t.ask(f"pingpong {n}")
         finally:
