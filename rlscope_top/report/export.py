@@ -91,8 +91,10 @@ def spans(records: list[dict]) -> Spans:
     if not n_events and not gpu:
         raise RecordingError("the recording has no timeline events or GPU activity to draw slices from",
                              hint="record with --timeline (rlscope-top PID --timeline --record FILE)")
-    end = max((r["ts"] for r in records if "ts" in r), default=engine.applied_until)
-    engine.advance(final_ts=max(end, engine.applied_until))
+    # the last counters record, as the accounting ends its engine: a later record (the end,
+    # a note) would stretch the open spans past the time the summary counts
+    ends = [r["ts"] for r in records if r.get("t") == R.COUNTERS] or [r["ts"] for r in records if "ts" in r]
+    engine.advance(final_ts=max(ends, default=engine.applied_until))
     for tid, last in open_.items():
         close(tid, last)
     procs, names = _names(records, meta)
