@@ -141,10 +141,12 @@ class StackSampler:
         if self._thread is not None:
             self._thread.join(timeout=2)
 
-    def restarted(self, hz: float) -> "StackSampler":
-        """A new austin at another rate that carries this one's state (same ids and counts)."""
+    def restarted(self, hz: float, children: bool | None = None) -> "StackSampler":
+        """A new austin at another rate (or following children: ``children``) that carries
+        this one's state (same ids and counts)."""
         self.stop()
-        new = StackSampler(self.pid, [], hz, self._set_op, self.children, self.stacks)
+        new = StackSampler(self.pid, [], hz, self._set_op, self.children if children is None else children,
+                           self.stacks)
         new.matcher, new.names, new.ids = self.matcher, self.names, self.ids
         new._cur, new._samples, new.inclusive, new.nested = self._cur, self._samples, self.inclusive, self.nested
         new.total, new.invalid = self.total, self.invalid

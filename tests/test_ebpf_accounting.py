@@ -152,4 +152,5 @@ def test_budget_off_mode_samples_and_estimates_stay_close(ebpf, target, monitor,
     bound = stated_bound_pp(s)
     for c in CATS:
         assert abs(ours[c] - truth[c]) <= max(0.05, (bound * TO_999 + 4) / 100), (c, ours, truth, s["estimates"])
-    assert s["overhead"]["estimated_pct"] < 5
+    print("overhead", s["overhead"], "budget", s["budget"], "sampler", s.get("sampler"))
+    assert s["overhead"]["estimated_pct"] < 5, (s["overhead"], s["budget"])

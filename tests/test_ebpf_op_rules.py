@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import signal
 
+import psutil
 import pytest
 
-from support import load_summary
+from support import load_summary, wait_until
 
 pytestmark = pytest.mark.ebpf
 
@@ -55,3 +56,36 @@ def test_target_the_sampler_cannot_read_keeps_the_categories(ebpf, spawn, monito
     assert len(notes) == 1 and "\n" not in notes[0], s["notes"]
     assert s["totals"]["python_s"] is not None and s["totals"]["off_cpu_s"] > 1.0
     assert set(s["operations"]) == {"<all>"}
+
+
+def _austin_args(pid: int) -> list[list[str]]:
+    """The command lines of the austin processes sampling PID."""
+    out = []
+    for p in psutil.process_iter(["cmdline"]):
+        cl = p.info["cmdline"] or []
+        if any("austin" in a for a in cl) and str(pid) in cl:
+            out.append(cl)
+    return out
+
+
+def test_sampler_follows_a_child_forked_after_attach(ebpf, target, monitor, tmp_path):
+    """austin -C (children) costs ~1.2% of a core at any rate, so the sampler starts without
+    it and turns it on when the target forks: the child's operation is still sampled."""
+    start, truth = tmp_path / "start", tmp_path / "truth.json"
+    t = target("late_child.py", start, truth, 3.0)
+    m, summary = monitor(t.pid, "--duration", "7", "--op", "childwork=child_work", "--max-overhead", "100")
+    wait_until(lambda: _austin_args(t.pid), timeout=30)
+    assert all("-C" not in a for a in _austin_args(t.pid)), _austin_args(t.pid)
+    start.touch()
+    child = int(t.wait_line("child").split()[1])
+    wait_until(lambda: any("-C" in a for a in _austin_args(t.pid)), timeout=10)
+    assert m.finish(timeout=120) == 0, m.stderr_text
+    t.finish(signal.SIGTERM)
+    s = load_summary(summary)
+    want = json.loads(truth.read_text())
+    want_s = (want["t1"] - want["t0"]) / 1e9
+    got = {p["pid"]: p for p in s["processes"]}[child]["operations"].get("childwork", 0.0)
+    print(f"child work sampled {got:.3f} s, truth {want_s:.3f} s")
+    # up to ~1 s of the child's start goes by before austin follows it (a tick, a restart)
+    assert want_s - 1.2 <= got <= want_s + 0.1, (got, want_s, s["sampler"], s["notes"])
+    assert s["operations"]["childwork"]["source"] == "sampled"

@@ -135,6 +135,14 @@ def wait_file(path: Path, timeout: float = 30.0) -> None:
         time.sleep(0.02)
 
 
+def wait_until(cond, timeout: float = 30.0, what: str = "") -> None:
+    """Poll a condition (a state the test cannot be told of by a handshake file)."""
+    end = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < end, f"timed out waiting for {what or cond}"
+        time.sleep(0.05)
+
+
 def load_summary(path: Path) -> dict:
     with open(path) as f:
         return json.load(f)

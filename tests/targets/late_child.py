@@ -1,0 +1,44 @@
+"""A process with no children at attach that forks one later: the child spends a known time
+in `child_work` (pure Python), logged with CLOCK_MONOTONIC bounds.
+
+usage: late_child.py START_FILE TRUTH SECONDS
+"""
+
+import json
+import multiprocessing as mp
+import sys
+import time
+
+from common import ready, wait_for
+
+
+def child_work(seconds: float) -> None:
+    x = 0
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        for i in range(50):
+            x += i * i
+
+
+def child(truth: str, seconds: float) -> None:
+    t0 = time.monotonic_ns()
+    child_work(seconds)
+    with open(truth, "w") as f:
+        json.dump({"t0": t0, "t1": time.monotonic_ns()}, f)
+    while True:
+        time.sleep(0.05)
+
+
+def main() -> None:
+    start_file, truth, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
+    ready()
+    wait_for(start_file)
+    p = mp.get_context("fork").Process(target=child, args=(truth, seconds))
+    p.start()
+    print(f"child {p.pid}", flush=True)
+    while True:
+        time.sleep(0.05)
+
+
+if __name__ == "__main__":
+    main()
