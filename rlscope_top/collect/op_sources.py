@@ -11,7 +11,7 @@ from ..ring import records as R
 from ..vocab import ALL_OP
 from .target import is_alive
 
-SAMPLER_FIRST_WINDOW_S = 1.0   # the stack sampler's CPU is checked over its first second at a rate
+SAMPLER_FIRST_WINDOW_S = 1.0   # the stack sampler's CPU is checked over its first second at each rate
 SAMPLER_WINDOW_S = 5.0  # then over this ...
 SAMPLER_SHARE = 0.5     # ... against this share of the overhead budget (% of one core)
 MIN_SAMPLE_HZ = 10.0
@@ -82,9 +82,9 @@ class OperationSources:
         return self.probes.children and len(self.probes.pids()) > len(self.probes.roots)
 
     def _sampler_follows_tree(self) -> None:
-        """Restart austin with -C once the target has children. Not before: austin's scan
-        for children costs it ~1.2% of a core at any rate (on the AMD EPYC VM: 25 Hz costs
-        1.4% with -C, 0.2% without), over half a 2% budget before a child exists."""
+        """Restart austin with -C once the target has children. Not before: -C costs austin
+        ~1.4% of a core at any rate (bench/austin_children_cost.py: 25 Hz 0.6% -> 2.0%), which
+        halving the rate cannot lower, and more than half a 2% budget."""
         smp = self.sampler
         if smp.ended or smp.children or not self._has_children():
             return
