@@ -6,6 +6,7 @@ usage: late_child.py START_FILE TRUTH SECONDS
 
 import json
 import multiprocessing as mp
+import os
 import sys
 import time
 
@@ -21,11 +22,12 @@ def child_work(seconds: float) -> None:
 
 
 def child(truth: str, seconds: float) -> None:
+    parent = os.getppid()
     t0 = time.monotonic_ns()
     child_work(seconds)
     with open(truth, "w") as f:
         json.dump({"t0": t0, "t1": time.monotonic_ns()}, f)
-    while True:
+    while os.getppid() == parent:      # ends with the parent the test stops
         time.sleep(0.05)
 
 
