@@ -67,12 +67,6 @@ class StackCounts:
         return frames, items
 
 
-def process_cpu_clock(pid: int) -> int:
-    """The clock id of a process's CPU time (Linux's MAKE_PROCESS_CPUCLOCK(pid, CPUCLOCK_SCHED),
-    what clock_getcpuclockid(3) returns): summed over its threads, in ns."""
-    return (~pid << 3) | 2
-
-
 def austin_path() -> str | None:
     """The austin binary: next to this interpreter (the venv) or on PATH."""
     here = os.path.join(os.path.dirname(sys.executable), "austin")
@@ -179,11 +173,11 @@ class StackSampler:
         return None if own is None else own + self._cpu_base
 
     def _own_cpu(self) -> float | None:
-        """austin's CPU seconds, to the nanosecond: its process CPU clock. /proc's 10 ms ticks
-        read 0 for a whole second at ~6 ms/s, and the budget prices a rate over one second."""
         try:
-            self._cpu_last = time.clock_gettime(process_cpu_clock(self.proc.pid))
-        except (OSError, AttributeError):
+            with open(f"/proc/{self.proc.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            self._cpu_last = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, AttributeError, IndexError, ValueError):
             pass                    # gone with its target: the last reading stands
         return self._cpu_last
 
