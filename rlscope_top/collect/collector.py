@@ -64,7 +64,6 @@ class Collector(OperationSources, BudgetLoop, RecordBuilder):
         self._sampler_reported = False
         self._aops: dict[int, int] = {}          # tid -> annotated op at the latest read
         self._smp_window = (0.0, 0.0)            # (monotonic s, sampler CPU s) at the window start
-        self._smp_priced = None                  # the sampler whose first window is priced
         self.cost = CostMeter(pid)               # kernel time and CPU the probes' calibration does not see
 
     def note(self, level: str, msg: str) -> None:

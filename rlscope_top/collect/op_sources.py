@@ -11,8 +11,7 @@ from ..ring import records as R
 from ..vocab import ALL_OP
 from .target import is_alive
 
-SAMPLER_FIRST_WINDOW_S = 1.0   # the stack sampler's CPU is checked over its first second at each rate
-SAMPLER_WINDOW_S = 5.0  # then over this ...
+SAMPLER_WINDOW_S = 5.0  # the stack sampler's CPU is checked over this ...
 SAMPLER_SHARE = 0.5     # ... against this share of the overhead budget (% of one core)
 MIN_SAMPLE_HZ = 10.0
 
@@ -92,21 +91,19 @@ class OperationSources:
         self._smp_window = (0.0, 0.0)
 
     def _sampler_budget(self, smp) -> None:
-        """austin's CPU goes into the budget's total, over its first second after each (re)start
-        and every 5 s after; above half the budget (% of one core) it halves its rate."""
+        """Every 5 s: austin's CPU goes into the budget's total; above half the budget (% of one
+        core) it halves its rate."""
         now, cpu = time.monotonic(), smp.cpu_s()
         if cpu is None or smp.ended:
             return
         t0, c0 = self._smp_window
-        if not t0:
-            self._smp_window = (now, cpu)
+        if now - t0 < SAMPLER_WINDOW_S:
             return
-        if now - t0 < (SAMPLER_WINDOW_S if self._smp_priced is smp else SAMPLER_FIRST_WINDOW_S):
-            return
-        self._smp_window, self._smp_priced = (now, cpu), smp
-        pct = 100 * (cpu - c0) / (now - t0)
-        self.budget.fixed_pct = pct           # in the budget's total: no step lowers it
-        if pct > SAMPLER_SHARE * self.budget.max_pct and smp.hz > MIN_SAMPLE_HZ:
+        self._smp_window = (now, cpu)
+        pct = 100 * (cpu - c0) / (now - t0) if t0 else 0.0
+        if t0:
+            self.budget.fixed_pct = pct           # in the budget's total: no step lowers it
+        if t0 and pct > SAMPLER_SHARE * self.budget.max_pct and smp.hz > MIN_SAMPLE_HZ:
             hz = max(MIN_SAMPLE_HZ, smp.hz / 2)
             self.note("warn", f"stack sampler used {pct:.1f}% of a core > {SAMPLER_SHARE * self.budget.max_pct:g}%: "
                                f"{smp.hz:g} -> {hz:g} samples/s")
