@@ -18,8 +18,8 @@ from support import CLI, HERE, TARGETS, Proc, ebpf_problem, require_modules
 
 
 def pytest_collection_modifyitems(config, items):
-    """A `quiet` test gets one rerun (pytest-rerunfailures; `-ra` lists it as R). Its truth
-    is the target's own time on this machine, and the AMD EPYC CI VM flips between two
+    """A `quiet` test gets one rerun (pytest-rerunfailures; the progress line shows R, the
+    last line counts reruns). Its truth is the target's own time on this machine, and the AMD EPYC CI VM flips between two
     speeds for seconds at a time (docs/accuracy.md, "A noisy machine"): a session in the
     other state than its truth misses by a point or two now and then (4.03 pp against a
     4 pp bound in one CI run). A real regression misses twice and fails."""
