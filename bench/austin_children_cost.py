@@ -11,35 +11,34 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from attach_cost import PY, Target  # noqa: E402
+from attach_cost import Target  # noqa: E402
 from docsection import generated_by, replace_section  # noqa: E402
+from sampler_parts import start_austin  # noqa: E402
+
+import psutil  # noqa: E402
 
 SECTION = "## austin -C: following children costs a fixed ~1% of a core"
 SETTINGS = [(hz, tree) for hz in (100, 25) for tree in (False, True)]
 
 
-def _cpu_s(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def _cpu_s(p: psutil.Process) -> float:
+    return sum(p.cpu_times()[:2])
 
 
 def austin_pct(pid: int, hz: int, tree: bool, seconds: float) -> float:
     """austin's CPU, % of one core, over `seconds` after a 0.3 s start."""
-    exe = os.path.join(os.path.dirname(PY), "austin")
-    a = subprocess.Popen([exe, "-P", *(["-C"] if tree else []), "-i", f"{1_000_000 // hz}us", "-p", str(pid)],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    a = start_austin(pid, hz, children=tree)
     try:
         time.sleep(0.3)
-        c0, t0 = _cpu_s(a.pid), time.monotonic()
+        p = psutil.Process(a.pid)
+        c0, t0 = _cpu_s(p), time.monotonic()
         time.sleep(seconds)
-        return 100 * (_cpu_s(a.pid) - c0) / (time.monotonic() - t0)
+        return 100 * (_cpu_s(p) - c0) / (time.monotonic() - t0)
     finally:
         a.terminate()
         a.wait(10)

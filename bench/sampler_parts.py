@@ -37,10 +37,15 @@ from attach_cost import PY, Target, _wait_line  # noqa: E402
 import psutil  # noqa: E402
 
 
+def start_austin(pid: int, hz: int = 100, children: bool = False) -> subprocess.Popen:
+    """austin sampling PID on its own, its output discarded (-C with ``children``)."""
+    return subprocess.Popen([os.path.join(os.path.dirname(PY), "austin"), "-P", *(["-C"] if children else []),
+                             "-i", f"{1_000_000 // hz}us", "-p", str(pid)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def _austin_alone(pid: int, tmp: str, hz: int = 100) -> tuple[subprocess.Popen, None]:
-    a = subprocess.Popen([os.path.join(os.path.dirname(PY), "austin"), "-P", "-i", f"{1_000_000 // hz}us", "-p", str(pid)],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return a, None
+    return start_austin(pid, hz), None
 
 
 def _monitor(pid: int, tmp: str) -> tuple[subprocess.Popen, str]:

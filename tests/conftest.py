@@ -19,10 +19,11 @@ from support import CLI, HERE, TARGETS, Proc, ebpf_problem, require_modules
 
 def pytest_collection_modifyitems(config, items):
     """A `quiet` test gets one rerun (pytest-rerunfailures; the progress line shows R, the
-    last line counts reruns). Its truth is the target's own time on this machine, and the AMD EPYC CI VM flips between two
-    speeds for seconds at a time (docs/accuracy.md, "A noisy machine"): a session in the
-    other state than its truth misses by a point or two now and then (4.03 pp against a
-    4 pp bound in one CI run). A real regression misses twice and fails."""
+    last line counts reruns). Its truth is the target's own time on this machine, and the
+    AMD EPYC CI VM flips between two speeds for seconds at a time (docs/accuracy.md, "A
+    noisy machine"): a session in the other state than its truth misses by a point or two
+    now and then (4.03 pp against a 4 pp bound in one CI run). A real regression misses
+    twice and fails."""
     for item in items:
         if item.get_closest_marker("quiet") and not item.get_closest_marker("flaky"):
             item.add_marker(pytest.mark.flaky(reruns=1))

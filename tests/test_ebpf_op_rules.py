@@ -69,7 +69,7 @@ def _austin_args(pid: int) -> list[list[str]]:
 
 
 def test_sampler_follows_a_child_forked_after_attach(ebpf, target, monitor, tmp_path):
-    """austin -C (children) costs ~1.2% of a core at any rate, so the sampler starts without
+    """austin -C (children) costs ~1.4% of a core at any rate, so the sampler starts without
     it and turns it on when the target forks: the child's operation is still sampled."""
     start, truth = tmp_path / "start", tmp_path / "truth.json"
     t = target("late_child.py", start, truth, 3.0)
