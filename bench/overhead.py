@@ -35,7 +35,8 @@ LONG = ("SB3 PPO CartPole-v1, 32768 steps", ["ppo", "CartPole-v1", "32768"])
 LONG_MODES = ["none", "rlscope-top", "py-spy 100 Hz"]
 
 
-RLSCOPE_ARGS = {"rlscope-top": [], "rlscope-top, no sampler": ["--sample-hz", "0"]}
+RLSCOPE_ARGS = {"rlscope-top": [], "rlscope-top, no sampler": ["--sample-hz", "0"],
+                "rlscope-top, austin sampler": ["--sampler", "austin"]}
 
 
 def _start_target(args: list[str], profiler: bool) -> subprocess.Popen:

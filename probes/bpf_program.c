@@ -52,7 +52,9 @@ struct tstate {
     u32 ann_gen;              // the region's slot-claim count when the slot was last looked for
     u32 sop_cur;              // sampled operation charged since last_ts
     u32 sop_seq;              // last sampled change applied
-    u32 pad2;
+    u64 sop_kts;              // when the kernel last named the thread's operation itself (pystack.c)
+    u32 sop_off;              // SOP_BLOCKED | the op its stack showed as it blocked (0: none): the
+                              // time off CPU is that op's, the time on CPU stays with sop_cur
     struct fwsplit fw;        // Backend split per framework (fw_prelude.c)
     u32 ticks[NTICK];         // CPU-clock ticks on CPU, by where the user-space IP was (TICK_*)
     u64 switches;             // times it was switched out (what the sched_switch probe costs it)
@@ -65,6 +67,8 @@ struct tstate {
 // with the instant it saw it (CLOCK_MONOTONIC ns) and a sequence number.
 #define SOP_N 16
 #define SOP_BATCH 4
+// An entry's op with SOP_BLOCKED: the stack read as the thread blocked (pystack.c).
+#define SOP_BLOCKED 0x80000000
 struct sopent {
     u64 ts;
     u32 op;
@@ -172,7 +176,12 @@ static __always_inline u32 op_cfg(void) {
 
 // The operation a thread's time goes to now.
 static __always_inline u32 cur_op(struct tstate *s) {
-    return s->aop ? s->aop : s->sop_cur;
+    if (s->aop)
+        return s->aop;
+    // off CPU after a blocked sample: its op; on-CPU time keeps the ticks' sample-and-hold, so
+    // an operation's start, seen late by a tick, and its end, seen at once as it blocks, do
+    // not bias it against the one it waits in
+    return (s->sop_off & SOP_BLOCKED) && s->run == RUN_OFF ? s->sop_off & ~SOP_BLOCKED : s->sop_cur;
 }
 
 static __always_inline struct opcnt *op_counters(struct tstate *s, u32 op) {
@@ -254,14 +263,36 @@ static __always_inline void sop_sync(struct tstate *s, u64 now, u8 hint) {
             s->sop_seq = e->seq - 1;     // the monitor lapped us: skip what was overwritten
             continue;
         }
+        if (e->ts < s->sop_kts) {       // older than what the kernel named since: stale
+            s->sop_seq = want;
+            continue;
+        }
         if (e->ts > s->last_ts && e->ts < now)
             advance(s, e->ts, hint);
         u32 before = cur_op(s);
-        s->sop_cur = e->op;
+        if (!(e->op & SOP_BLOCKED))
+            s->sop_cur = e->op;
+        else if (s->run == RUN_OFF)
+            s->sop_off = e->op;         // still blocked (a late one is for a wait already charged)
         s->sop_seq = want;
         if (cur_op(s) != before)
             tl_emit(s->tid, s->tgid, s->last_ts, EV_OP, cur_op(s));
     }
+}
+
+// A sample the kernel named (pys_sample) takes effect at once: a tick's as the thread's
+// operation on CPU, a blocked one's for the time it stays off CPU.
+static __always_inline void pys_apply(struct tstate *s, u64 now, u8 why, u32 op) {
+    if (op == PYS_UNDECIDED || !(op_cfg() & 2))
+        return;
+    u32 before = cur_op(s);
+    if (why == PYS_WHY_BLOCK)
+        s->sop_off = op | SOP_BLOCKED;
+    else
+        s->sop_cur = op;
+    s->sop_kts = now;
+    if (cur_op(s) != before)
+        tl_emit(s->tid, s->tgid, s->last_ts, EV_OP, cur_op(s));
 }
 
 // Find this thread's slot in its process's annotation region (user memory, so only
@@ -488,6 +519,8 @@ TRACEPOINT_PROBE(sched, sched_switch) {
             s->switches++;
             // prev_state 0 (yielded) or TASK_REPORT_MAX (preempted): runnable, not blocked
             s->preempted = (args->prev_state & 0xff) == 0;
+            if (!s->preempted)      // blocks: its stack now is the operation it waits in
+                pys_apply(s, now, PYS_WHY_BLOCK, pys_sample(tgid, prev, now, PYS_WHY_BLOCK));
             tl_emit(prev, tgid, now, EV_OFF, 0);
         }
     }
@@ -496,8 +529,10 @@ TRACEPOINT_PROBE(sched, sched_switch) {
         if (s->preempted && now > s->last_ts)
             s->preempt_ns += now - s->last_ts;
         s->preempted = 0;
+        sop_sync(s, now, RUN_OFF);  // a change sampled as it blocked owns the time it was off
         advance(s, now, RUN_OFF);
         s->run = RUN_ON;
+        s->sop_off = 0;
         tl_emit(next, s->tgid, now, EV_ON, 0);
     }
     return 0;
@@ -532,9 +567,10 @@ static __always_inline u32 tick_where(struct tstate *s, struct bpf_perf_event_da
     return where;
 }
 
-// A CPU-clock tick (250 Hz per CPU): applies pending operation changes of the thread
-// on the CPU, so a thread that runs for long without a probe hit or a context switch
-// still gets its time split where its operations changed. Categories are unaffected.
+// A CPU-clock tick (250 Hz per CPU): samples the thread's Python stack when due (pystack.c),
+// and applies pending operation changes of the thread on the CPU, so a thread that runs for
+// long without a probe hit or a context switch still gets its time split where its
+// operations changed. Categories are unaffected.
 int on_tick(struct bpf_perf_event_data *ctx) {
     u64 now = bpf_ktime_get_ns();
     u32 tid = (u32)bpf_get_current_pid_tgid();
@@ -542,11 +578,13 @@ int on_tick(struct bpf_perf_event_data *ctx) {
     if (!s || s->exited || !targets.lookup(&s->tgid))
         return 0;
     u32 where = tick_where(s, ctx);
+    u32 sampled = pys_sample(s->tgid, tid, now, PYS_WHY_TICK);
     if (!(op_cfg() & 3))
         return 0;
     ann_sync(s, now);
     sop_sync(s, now, RUN_ON);
     advance(s, now, RUN_ON);
+    pys_apply(s, now, PYS_WHY_TICK, sampled);
     u32 op = cur_op(s);
     if (op && where < NTICK) {
         struct opcnt *c = op_counters(s, op);
@@ -573,6 +611,7 @@ TRACEPOINT_PROBE(task, task_newtask) {
         ctgid = child;
         u32 one = 1;
         targets.update(&ctgid, &one);
+        pys_fork(tgid, (u32)bpf_get_current_pid_tgid(), child);
     }
     int zero = 0;
     struct tstate *b = blank.lookup(&zero);

@@ -88,7 +88,7 @@ class ElfFile:
         self.is64 = self.mm[4] == 2
         self.end = "<" if self.mm[5] == 1 else ">"
         hdr = struct.unpack_from(self.end + ("HHIQQQIHHHHHH" if self.is64 else "HHIIIIIHHHHHH"), self.mm, 16)
-        self.machine, phoff, shoff = hdr[1], hdr[4], hdr[5]
+        self.etype, self.machine, phoff, shoff = hdr[0], hdr[1], hdr[4], hdr[5]   # etype 2: fixed addresses
         self.damaged = False        # headers or sections past the end of the file: truncated
         phentsize, phnum, shentsize, shnum, shstrndx = hdr[8], hdr[9], hdr[10], hdr[11], hdr[12]
         self.sections = self._sections(shoff, shentsize, shnum, shstrndx)

@@ -83,6 +83,7 @@ class ProbeSet(MapAccess):
         self.bpf = None
         self.compiled: str | None = None          # load(): "cache" (probes/bpf_cache.py) or "bcc"
         self.t0_ns = 0
+        self.tick_hz = 0          # the CPU-clock tick's rate once attached (0: none)
         self._cfg_lock = threading.Lock()
         self._sop: dict[int, object] = {}        # tid -> the sampled-op history leaf we write
         self._sop_seq: dict[int, int] = {}
@@ -152,10 +153,12 @@ class ProbeSet(MapAccess):
                 leaf.run = 2
                 threads[ct.c_uint(tid)] = leaf
             self.bpf["targets"][ct.c_uint(pid)] = ct.c_uint(1)
+        self.tick_hz = 0
         try:    # bounds how long a thread's operation change can wait for an event
             self.bpf.attach_perf_event(ev_type=self._bcc.PerfType.SOFTWARE,
                                        ev_config=self._bcc.PerfSWConfig.CPU_CLOCK,
                                        fn_name="on_tick", sample_freq=TICK_HZ, cpu=-1)
+            self.tick_hz = TICK_HZ             # the in-kernel stack sampler's clock too
         except Exception as e:  # no perf events here: operation boundaries wait for events
             self.notify("warn", f"no CPU-clock tick ({first_line(e)}): operation boundaries of threads "
                                 "that run long without a probe hit are applied late")

@@ -53,7 +53,8 @@ def program_text(specs: list[ProbeSpec], generic: bool = False) -> str:
     base = here.joinpath("bpf_program.c").read_text()
     # the generic text must not vary with the probe set, or the compile cache misses
     nprobes = -(-max(1, len(specs)) // GENERIC_NPROBES) * GENERIC_NPROBES if generic else max(1, len(specs))
-    out = [f"#define NPROBES {nprobes}", here.joinpath("fw_prelude.c").read_text(), base,
+    out = [f"#define NPROBES {nprobes}", here.joinpath("fw_prelude.c").read_text(),
+           here.joinpath("pystack.c").read_text(), base,
            here.joinpath("fw_guard.c").read_text(),
            here.joinpath("sync_timing.c").read_text()]
     if generic:

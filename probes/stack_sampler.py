@@ -76,6 +76,8 @@ def austin_path() -> str | None:
 class StackSampler:
     """Runs austin on one PID and keeps each thread's sampled operation."""
 
+    tool = "austin"
+
     def __init__(self, pid: int, rules: list[Rule], hz: float, set_op: Callable[[int, int, int], None],
                  children: bool = False, stacks: StackCounts | None = None):
         self.pid, self.hz = pid, hz
@@ -208,18 +210,23 @@ class StackSampler:
         if "INVALID" in stack:
             # the stack changed under austin's non-blocking read: the frames inside the last
             # bad one are still good, and their innermost match is the innermost operation
-            good = frames[max(i for i, f in enumerate(frames) if "INVALID" in f) + 1:]
-            inner = self.matcher.match(good)[0]
-            if inner is None:
-                self.invalid += 1
-                return
-            self._apply(tid, self.ids[inner])     # outer frames unknown: not an inclusive sample
+            self.take_partial(tid, frames[max(i for i, f in enumerate(frames) if "INVALID" in f) + 1:])
             return
-        inner, seen = self.matcher.match(frames)
-        op = self.ids[inner] if inner else 0
-        self.total += 1
+        self.take(tid, frames)
         if self.stacks is not None:
             self._keep(parts[0], tid, frames, line)
+
+    def take(self, tid: int, frames: list[str], ts_ns: int = 0, match: tuple | None = None) -> None:
+        """One whole sample of a thread (frames outermost first, taken at ``ts_ns``; 0: now);
+        ``match``: the matcher's answer for these frames, when the caller has it already."""
+        match = match or self.matcher.match(frames)
+        self._apply(tid, self.count(frames, match), ts_ns)
+
+    def count(self, frames: list[str], match: tuple) -> int:
+        """Count a whole sample (its innermost operation, every one on its stack); returns the op id."""
+        inner, seen = match
+        op = self.ids[inner] if inner else 0
+        self.total += 1
         if op:
             self._samples[op] = self._samples.get(op, 0) + 1
         for n in seen:
@@ -228,7 +235,15 @@ class StackSampler:
             row = self.nested.setdefault(inner, {})
             for n in seen:
                 row[n] = row.get(n, 0) + 1
-        self._apply(tid, op)
+        return op
+
+    def take_partial(self, tid: int, inner_frames: list[str], ts_ns: int = 0) -> None:
+        """A sample whose outer frames are unknown: its innermost match still names the operation."""
+        inner = self.matcher.match(inner_frames)[0]
+        if inner is None:
+            self.invalid += 1
+            return
+        self._apply(tid, self.ids[inner], ts_ns)     # outer frames unknown: not an inclusive sample
 
     def _keep(self, proc: str, tid: int, frames: list[str], line: str) -> None:
         try:
@@ -237,10 +252,10 @@ class StackSampler:
             return
         self.stacks.add(pid, tid, frames, us)
 
-    def _apply(self, tid: int, op: int) -> None:
+    def _apply(self, tid: int, op: int, ts_ns: int = 0) -> None:
         if self._cur.get(tid, 0) != op:
             self._cur[tid] = op
-            self._set_op(tid, op, _now())
+            self._set_op(tid, op, ts_ns or _now())
 
 
 def _first_sentence(text: str) -> str:

@@ -104,6 +104,9 @@ def _session_args(p: argparse.ArgumentParser) -> None:
                         "'/path/file.py:function', or a function name; NAME:simulation counts it as simulation")
     p.add_argument("--sample-hz", type=_sample_rate, default=100.0, metavar="HZ",
                    help="stack samples per second for zero-change operations (default 100; 0 turns it off)")
+    p.add_argument("--sampler", choices=("auto", "kernel", "austin"), default="auto",
+                   help="who reads the Python stacks: kernel (in the BPF program, the thread stopped: no torn "
+                        "samples; CPython 3.11), austin (from outside), auto (kernel where it can; default)")
     p.add_argument("--max-probes", type=int, default=catalog.MAX_PROBES, help=argparse.SUPPRESS)
     p.add_argument("--ebpf", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--prometheus", metavar="[HOST:]PORT",
@@ -235,7 +238,7 @@ def _options(ns: argparse.Namespace, pid: int):
     return Options(pid=pid, duration_s=ns.duration, interval_s=ns.interval, summary_path=ns.summary,
                    ring_path=ns.ring, keep_ring=ns.keep_ring or bool(ns.ring), sim_libs=ns.sim_lib,
                    max_probes=ns.max_probes, max_overhead_pct=ns.max_overhead, timeline=ns.timeline, quiet=ns.quiet,
-                   op_rules=[op_rules.parse(r) for r in ns.op], sample_hz=ns.sample_hz, gpu=gpu,
+                   op_rules=[op_rules.parse(r) for r in ns.op], sample_hz=ns.sample_hz, sampler=ns.sampler, gpu=gpu,
                    prometheus=_prometheus(ns.prometheus), children=not ns.no_children,
                    more_pids=tuple(ns.more_pids), roles=dict(ns.role), record_path=ns.record,
                    record_max_mb=ns.record_max_mb)

@@ -68,12 +68,13 @@ def _austin_args(pid: int) -> list[list[str]]:
     return out
 
 
-def test_sampler_follows_a_child_forked_after_attach(ebpf, target, monitor, tmp_path):
+def test_austin_follows_a_child_forked_after_attach(ebpf, target, monitor, tmp_path):
     """austin -C (children) costs ~1.4% of a core at any rate, so the sampler starts without
     it and turns it on when the target forks: the child's operation is still sampled."""
     start, truth = tmp_path / "start", tmp_path / "truth.json"
     t = target("late_child.py", start, truth, 3.0)
-    m, summary = monitor(t.pid, "--duration", "7", "--op", "childwork=child_work", "--max-overhead", "100")
+    m, summary = monitor(t.pid, "--duration", "7", "--op", "childwork=child_work", "--max-overhead", "100",
+                         "--sampler", "austin")
     wait_until(lambda: _austin_args(t.pid), timeout=30)
     assert all("-C" not in a for a in _austin_args(t.pid)), _austin_args(t.pid)
     start.touch()
@@ -89,3 +90,47 @@ def test_sampler_follows_a_child_forked_after_attach(ebpf, target, monitor, tmp_
     # up to ~1 s of the child's start goes by before austin follows it (a tick, a restart)
     assert want_s - 1.2 <= got <= want_s + 0.1, (got, want_s, s["sampler"], s["notes"])
     assert s["operations"]["childwork"]["source"] == "sampled"
+
+
+def test_kernel_sampler_follows_a_child_from_its_fork(ebpf, target, monitor, tmp_path):
+    """The in-kernel sampler gives a forked child its parent's interpreter and thread state at
+    the fork (pystack.c: pys_fork): the child's operation is sampled from its first tick, and
+    no austin runs."""
+    start, truth = tmp_path / "start", tmp_path / "truth.json"
+    t = target("late_child.py", start, truth, 3.0)
+    m, summary = monitor(t.pid, "--duration", "7", "--op", "childwork=child_work", "--max-overhead", "100")
+    start.touch()
+    child = int(t.wait_line("child").split()[1])
+    assert m.finish(timeout=120) == 0, m.stderr_text
+    t.finish(signal.SIGTERM)
+    s = load_summary(summary)
+    want = json.loads(truth.read_text())
+    want_s = (want["t1"] - want["t0"]) / 1e9
+    got = {p["pid"]: p for p in s["processes"]}[child]["operations"].get("childwork", 0.0)
+    print(f"child work sampled {got:.3f} s, truth {want_s:.3f} s")
+    assert s["sampler"]["tool"] == "kernel" and not _austin_args(t.pid), s["sampler"]
+    # a boundary is known to one sample period (10 ms) at each end
+    assert abs(got - want_s) <= 0.025, (got, want_s, s["sampler"], s["notes"])
+    assert s["operations"]["childwork"]["source"] == "sampled"
+
+
+@pytest.mark.parametrize("sampler", ["kernel", "austin"])
+def test_time_blocked_in_an_operation_is_that_operation(ebpf, target, monitor, tmp_path, sampler):
+    """A main thread blocked ~70% of the time in wait_env (a pipe read): the kernel sampler
+    reads the stack as the thread blocks, austin samples wall time; both give each
+    operation its time, though the thread is on a CPU only in compute."""
+    truth = tmp_path / "truth.json"
+    t = target("wait_loop.py", truth)
+    m, summary = monitor(t.pid, "--duration", "6", "--op", "compute=compute", "--op", "wait=wait_env",
+                         "--sampler", sampler)
+    assert m.finish(timeout=120) == 0, m.stderr_text
+    t.finish(signal.SIGTERM)
+    s = load_summary(summary)
+    want = _truth_shares(json.loads(truth.read_text()), s["window"])
+    ops = s["operations"]
+    assert s["sampler"]["tool"] == sampler, s["sampler"]
+    got = {n: ops[n]["share"] for n in ("compute", "wait")}
+    print(sampler, got, want)
+    assert want["wait"] > 0.6
+    for n in got:
+        assert abs(got[n] - want[n]) <= 0.03, (n, got, want, s["sampler"])

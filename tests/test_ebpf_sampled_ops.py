@@ -41,13 +41,16 @@ def test_sb3_ppo_operations_match_in_process_measurement(ebpf, target, monitor, 
     assert {"collect_rollouts", "train", "simulation"} <= set(ops), ops.keys()
     for n in ("collect_rollouts", "train", "simulation", "backward", "optimizer_step"):
         assert ops[n]["source"] == "sampled"
-        assert abs(ops[n]["share"] - flat[n]) <= 0.05, (n, {k: (v.get("share"), flat.get(k)) for k, v in ops.items()},
+        assert abs(ops[n]["share"] - flat[n]) <= 0.03, (n, {k: (v.get("share"), flat.get(k)) for k, v in ops.items()},
                                                          s["sampler"], [x for x in s["notes"] if "sampler" in x])
     for n in ("collect_rollouts", "train"):
         assert abs(ops[n]["inclusive_share"] - incl[n]) <= 0.05, (n, ops[n]["inclusive_share"], incl)
     assert ops["simulation"]["kind"] == "simulation" and ops["simulation"]["simulator_s"] > 0
     assert ops["collect_rollouts"]["transitions"]["python->backend"] > 0   # policy inference inside it
     smp = s["sampler"]
-    assert smp["tool"] == "austin" and smp["hz"] <= 100 and smp["samples"] > 300 and smp["cpu_s"] is not None
+    # the default sampler reads stacks in the kernel, the thread stopped: none is torn (austin
+    # drops ~15% here). A frame page the tick cannot read (not resident) cuts a rare one short.
+    assert smp["tool"] == "kernel" and smp["invalid"] <= 0.01 * smp["samples"], smp
+    assert smp["hz"] <= 100 and smp["samples"] > 300 and smp["cpu_s"] is not None
     print(json.dumps({n: [ops[n]["share"], flat.get(n), ops[n].get("inclusive_share"), incl.get(n)]
                       for n in ops if n in flat}))

@@ -346,7 +346,7 @@ def _sampler(acct: Accounting, wall_s: float) -> dict | None:
     if smp is None:
         return NA
     cpu = smp.get("cpu_s")
-    return {"tool": "austin", "hz": smp["hz"], "samples": smp["samples"], "invalid": smp["invalid"],
+    return {"tool": smp.get("tool", "austin"), "hz": smp["hz"], "samples": smp["samples"], "invalid": smp["invalid"],
             "cpu_s": cpu, "cpu_pct_of_one_core": round(100 * cpu / wall_s, 3) if cpu is not None and wall_s else NA,
             "error": smp.get("error")}
 

@@ -35,6 +35,7 @@ class Collector(OperationSources, BudgetLoop, RecordBuilder):
                  notify: Callable[[str, str], None] | None = None, interval_s: float = 1.0,
                  max_probes: int = catalog.MAX_PROBES, max_overhead_pct: float = 5.0, timeline: bool = False,
                  op_rules: list | None = None, sample_hz: float = 0.0, sources: list | None = None,
+                 sampler: str = "auto",
                  children: bool = True, roots: tuple[int, ...] = (), roles: dict[int, str] | None = None):
         self.pid, self.ring, self.interval_s = pid, ring, interval_s
         self.sources = list(sources or [])   # e.g. rlscope_top.collect.gpu_source.GpuSource: start/tick/drain/finish/stop
@@ -60,6 +61,7 @@ class Collector(OperationSources, BudgetLoop, RecordBuilder):
         self.op_names: dict[int, tuple[str, str, str]] = {}   # op id -> (name, kind, source)
         self.op_rules = list(op_rules or []) + rules.BUILTIN
         self.sample_hz = sample_hz
+        self.sampler_kind = sampler
         self._sampling_on = False
         self._sampler_reported = False
         self._aops: dict[int, int] = {}          # tid -> annotated op at the latest read

@@ -1,11 +1,12 @@
 """Where the collector learns operations: the target's annotation region and the stack
-sampler (austin), throttled to its share of the overhead budget."""
+sampler (in the kernel, or austin), throttled to its share of the overhead budget."""
 
 from __future__ import annotations
 
 import time
 
 from ..probes import ann_region
+from ..probes.kernel_sampler import KernelStackSampler
 from ..probes.stack_sampler import StackCounts, StackSampler
 from ..ring import records as R
 from ..vocab import ALL_OP
@@ -40,14 +41,33 @@ class OperationSources:
         if not self.sample_hz:
             return
         stacks = StackCounts() if hasattr(self.ring, "record") else None     # recording: keep the stacks
-        smp = StackSampler(self.pid, self.op_rules, self.sample_hz, self._sampled_op, children=self._has_children(),
-                           stacks=stacks)
-        if not smp.start():
-            self.note("warn", f"operations unavailable: {smp.error}; the category breakdown is unaffected")
+        smp = self._kernel_sampler(stacks) if self.sampler_kind != "austin" else None
+        if smp is None and self.sampler_kind != "kernel":
+            smp = StackSampler(self.pid, self.op_rules, self.sample_hz, self._sampled_op,
+                               children=self._has_children(), stacks=stacks)
+            if not smp.start():
+                self.note("warn", f"operations unavailable: {smp.error}; the category breakdown is unaffected")
+                return
+        if smp is None:
             return
         self.sampler = smp
         for name, i in smp.ids.items():
             self.op_names[i] = (name, smp.matcher.kinds.get(name, ""), "sampled")
+
+    def _kernel_sampler(self, stacks) -> KernelStackSampler | None:
+        """The in-kernel sampler, or None (said why: a warning if asked for, else austin takes over)."""
+        smp = KernelStackSampler(self.pid, self.op_rules, self.sample_hz, self._sampled_op, self.probes,
+                                 children=self._has_children(), stacks=stacks)
+        if not self.probes.tick_hz:
+            smp.error = "no CPU-clock tick to sample on"
+        elif smp.start():
+            return smp
+        if self.sampler_kind == "kernel":
+            self.note("warn", f"operations unavailable: the in-kernel stack sampler cannot read PID {self.pid}: "
+                               f"{smp.error}. Hint: --sampler austin; the category breakdown is unaffected")
+        else:
+            self.note("info", f"stack sampler: austin (the in-kernel one cannot read PID {self.pid}: {smp.error})")
+        return None
 
     def current_op_name(self, tid: int, ts: int = 0) -> str:
         """The operation a thread is in now (annotation, else sampled rule), ``<all>`` if none.
@@ -73,7 +93,7 @@ class OperationSources:
             return
         self._sampler_reported = True
         if smp.error and is_alive(self.pid):
-            self.note("warn", f"operations unavailable: austin cannot sample PID {self.pid}: {smp.error} "
+            self.note("warn", f"operations unavailable: {smp.tool} cannot sample PID {self.pid}: {smp.error} "
                                "The category breakdown is unaffected.")
 
     def _has_children(self) -> bool:
@@ -113,7 +133,7 @@ class OperationSources:
     def _sampled_op(self, tid: int, op: int, ts_ns: int) -> None:
         """The sampler saw a thread change operation (called from its reader thread)."""
         self.probes.set_sampled_op(tid, op, ts_ns)
-        if op and not self._sampling_on:
+        if op & 0x7FFFFFFF and not self._sampling_on:      # less the kernel sampler's blocked flag
             # the kernel looks sampled operations up only once a rule has matched, so a
             # target no rule fits pays nothing for the sampler in its probes
             self._sampling_on = True

@@ -71,7 +71,7 @@ class RecordBuilder:
             rec["cost"] = cost
         if self.sampler is not None:
             smp = self.sampler
-            rec["sampler"] = {"hz": smp.hz, "samples": smp.total, "invalid": smp.invalid, "cpu_s": smp.cpu_s(),
+            rec["sampler"] = {"tool": smp.tool, "hz": smp.hz, "samples": smp.total, "invalid": smp.invalid, "cpu_s": smp.cpu_s(),
                               "error": smp.error}
         return rec
 

@@ -46,6 +46,7 @@ class Options:
     quiet: bool = False
     op_rules: list = dataclasses.field(default_factory=list)   # user --op rules (op_rules.Rule)
     sample_hz: float = 100.0                                   # 0: no stack sampler
+    sampler: str = "auto"      # --sampler: kernel (stacks read in the BPF program), austin, or auto (kernel if it can)
     gpu: object = None          # GpuOptions (rlscope_top/collect/gpu_source.py); None: use an agent the target has
     on_attached: Callable[[], None] | None = None   # `run`: release the held command
     prometheus: tuple[str, int] | None = None       # --prometheus: (host, port) to serve /metrics on
@@ -270,6 +271,7 @@ def _session(opts: Options, stop_reason: Callable[[], str | None], on_tick, read
         collector = Collector(opts.pid, ring, specs_for(opts), notify=notify, interval_s=opts.interval_s,
                               max_probes=opts.max_probes, max_overhead_pct=opts.max_overhead_pct,
                               timeline=opts.timeline, op_rules=opts.op_rules, sample_hz=opts.sample_hz,
+                              sampler=opts.sampler,
                               sources=[GpuSource(opts.gpu)], children=opts.children,
                               roots=(opts.pid, *opts.more_pids), roles=opts.roles)
         reader, books = RingReader(ring.path), Books()

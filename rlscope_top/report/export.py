@@ -271,8 +271,8 @@ SPEEDSCOPE_SCHEMA = "https://www.speedscope.app/file-format-schema.json"
 
 
 def speedscope(records: list[dict]) -> dict:
-    """A speedscope document: one sampled profile per thread, its stacks weighted by the time
-    the stack sampler (austin, wall time) gave each sample, in microseconds.
+    """A speedscope document: one sampled profile per thread, its stacks weighted by the wall
+    time each sample held until the thread's next one, in microseconds.
 
     Raises:
         RecordingError: no sampled stacks in the recording.
@@ -303,7 +303,7 @@ def speedscope(records: list[dict]) -> dict:
 
 
 def _frame(text: str) -> dict:
-    """austin's ``/path/file.py:function`` as a speedscope frame."""
+    """A sampled ``/path/file.py:function`` frame as a speedscope frame."""
     path, sep, func = text.rpartition(":")
     return {"name": func, "file": path} if sep else {"name": text}
 

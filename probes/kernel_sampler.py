@@ -1,0 +1,275 @@
+"""Zero-change operations from Python stacks read in the kernel (pystack.c), not by austin.
+
+The BPF program reads a target thread's frame chain on its CPU-clock tick, at most once per
+sampling period, and again whenever it blocks, so time spent waiting (an env worker's pipe,
+a vector env's recv) belongs to the operation it waits in. The thread is stopped while its
+own frames are read: no torn samples, which an outside reader drops more often in
+call-heavy Python (a gym env's step) than elsewhere, and so undercounts it. Samples come
+here through their own ring buffer; code objects are named from the target's memory
+(pystack.Interpreter) and go through the same rules and bookkeeping as austin's lines.
+"""
+
+from __future__ import annotations
+
+import ctypes as ct
+import struct
+import threading
+import time
+from typing import Callable
+
+from .pystack import NONE, Interpreter, Unsupported
+from .stack_sampler import StackCounts, StackSampler
+
+DEPTH = 128                 # PYS_DEPTH in pystack.c
+REFRESH_S = 0.5             # new threads and processes are looked for this often
+POLL_MS = 50
+WHY_BLOCK = 1               # PYS_WHY_BLOCK in pystack.c
+SOP_BLOCKED = 0x80000000    # bpf_program.c: the op of a blocked sample, for the time off CPU
+MAX_STACKS = 100_000        # distinct stacks whose names and match are kept
+_HEAD = struct.Struct("<QIIHBBI")          # struct pysample up to its frames
+
+
+class _PyInfo(ct.Structure):
+    _fields_ = [("o_cframe", ct.c_uint32), ("o_current_frame", ct.c_uint32), ("o_code", ct.c_uint32),
+                ("o_previous", ct.c_uint32), ("o_owner", ct.c_uint32), ("shim_owner", ct.c_uint32)]
+
+
+class KernelStackSampler(StackSampler):
+    """The StackSampler interface over the in-kernel sampler of a loaded ProbeSet."""
+
+    tool = "kernel"
+
+    def __init__(self, pid: int, rules: list, hz: float, set_op: Callable[[int, int, int], None],
+                 probes, children: bool = False, stacks: StackCounts | None = None):
+        super().__init__(pid, rules, hz, set_op, children, stacks)
+        self.probes = probes
+        self.interps: dict[int, Interpreter | None] = {}   # None: not a CPython we can read
+        self._prev: dict[int, tuple[int, list[str]]] = {}  # tid -> (ts, frames) of its last sample
+        self._known: dict[tuple[int, bytes], tuple] = {}   # (pid, code addresses) -> (frames, match)
+        self._taught: set[tuple[int, int]] = set()          # (pid, code) the kernel knows (code_op)
+        self._rb = None
+        self._cb = None
+        self._reader_cpu = 0.0
+        self.unnamed = 0          # samples of processes whose interpreter is not known (yet)
+
+    def start(self) -> bool:
+        """Arm the kernel half. False (``error`` says why) for a target it cannot read."""
+        try:
+            first = Interpreter(self.pid)
+        except Unsupported as e:
+            self.error = str(e)
+            return False
+        bpf = self.probes.bpf
+        try:
+            self._open_ring(bpf)
+        except Exception as e:           # bcc raises plain Exception
+            first.close()
+            self.error = f"cannot open the stack ring buffer: {e}"
+            return False
+        self._add(self.pid, first)
+        self._set_rate(self.hz)
+        self.started_ns = time.monotonic_ns()
+        self._thread = threading.Thread(target=self._read, name="rlscope-ksampler", daemon=True)
+        self._thread.start()
+        return True
+
+    def _open_ring(self, bpf) -> None:
+        from bcc.libbcc import _RINGBUF_CB_TYPE, lib      # noqa: PLC0415 (bcc only where it runs)
+
+        self._lib = lib
+        self._cb = _RINGBUF_CB_TYPE(self._on_sample)
+        # a manager of its own: bcc's would share its poll with the collector's event ring
+        self._rb = lib.bpf_new_ringbuf(bpf["pystacks"].map_fd, self._cb, None)
+        if not self._rb:
+            raise RuntimeError("libbpf refused it")
+
+    def _set_rate(self, hz: float) -> None:
+        period = int(1e9 / hz)
+        cfg = self.probes.bpf["pycfg"]
+        cfg[ct.c_int(1)] = ct.c_uint64(period // 4)     # blocked samples: at most 4 per period
+        cfg[ct.c_int(0)] = ct.c_uint64(period)
+
+    def _add(self, pid: int, interp: Interpreter | None) -> None:
+        self.interps[pid] = interp
+        if interp is None:
+            return
+        L = interp.layout
+        self.probes.bpf["pyinfo"][ct.c_uint32(pid)] = _PyInfo(L.tstate_cframe, L.cframe_current, L.frame_code,
+                                                              L.frame_previous, NONE, 0)
+        self._thread_states(interp)
+
+    def _thread_states(self, interp: Interpreter) -> None:
+        table = self.probes.bpf["pyts"]
+        for tid, addr in interp.thread_states().items():
+            table[ct.c_uint32(tid)] = ct.c_uint64(addr)
+
+    def stop(self) -> None:
+        """Stop sampling in the kernel and the reader (idempotent)."""
+        if self._stopping:
+            return
+        self._stopping = True
+        try:
+            self.probes.bpf["pycfg"][ct.c_int(0)] = ct.c_uint64(0)
+        except Exception:                # the program is gone already
+            pass
+        self._cpu_final = self.cpu_s()
+        if self._thread is not None:
+            self._thread.join(timeout=2)
+        if self._rb:
+            self._lib.bpf_free_ringbuf(self._rb)
+            self._rb = None
+        for interp in self.interps.values():
+            if interp is not None:
+                interp.close()
+        self.ended = True
+
+    def restarted(self, hz: float, children: bool | None = None) -> "KernelStackSampler":
+        """Another rate; the tree is followed by the probes either way (no cost to following)."""
+        self.hz = hz
+        if children is not None:
+            self.children = children
+        self._set_rate(hz)
+        return self
+
+    def forget(self, tid: int) -> None:
+        """A thread exited: drop what was kept for it, here and in the kernel."""
+        self._cur.pop(tid, None)
+        self._prev.pop(tid, None)
+        for name in ("pyts", "pylast"):
+            try:
+                del self.probes.bpf[name][ct.c_uint32(tid)]
+            except (KeyError, Exception):
+                pass
+
+    def cpu_s(self) -> float | None:
+        """CPU seconds the kernel half has spent reading stacks: taken from the target's threads.
+        The reader thread is the monitor's own CPU, counted with it (as austin's reader is)."""
+        if self._cpu_final is not None:
+            return self._cpu_final
+        try:
+            return sum(self.probes.bpf["pystat"][ct.c_int(1)]) / 1e9
+        except Exception:
+            return None
+
+    def reader_cpu_s(self) -> float:
+        """CPU seconds of the monitor's thread that names and matches the samples."""
+        return self._reader_cpu
+
+    def kernel_counts(self) -> dict:
+        """The kernel half's counters: samples sent, samples of threads with no known state, ring full."""
+        stat = self.probes.bpf["pystat"]
+        return {k: int(sum(stat[ct.c_int(i)])) for i, k in ((0, "sent"), (2, "no_thread_state"), (3, "ring_full"))}
+
+    # -- reading -----------------------------------------------------------
+    def _read(self) -> None:
+        c0, last = time.thread_time(), 0.0
+        while not self._stopping:
+            self._lib.bpf_poll_ringbuf(self._rb, POLL_MS)
+            now = time.monotonic()
+            if now - last >= REFRESH_S:
+                last = now
+                self._refresh()
+            self._reader_cpu = time.thread_time() - c0
+
+    def _refresh(self) -> None:
+        """Name new processes of the tree and find new threads' states."""
+        try:
+            pids = self.probes.pids()
+        except Exception:
+            return
+        for pid in pids:
+            if pid not in self.interps:
+                self._try_add(pid)
+            elif self.interps[pid] is not None:
+                self._thread_states(self.interps[pid])
+
+    def _try_add(self, pid: int) -> Interpreter | None:
+        try:
+            interp = Interpreter(pid)
+        except Unsupported:
+            interp = None
+        self._add(pid, interp)
+        return interp
+
+    def _on_sample(self, ctx, data, size) -> int:
+        try:
+            self._sample(data)
+        except Exception:                # never let a bad sample stop the reader
+            self.invalid += 1
+        return 0
+
+    def _sample(self, data: int) -> None:
+        ts, tgid, tid, depth, why, truncated, decided = _HEAD.unpack(ct.string_at(data, _HEAD.size))
+        raw = ct.string_at(data + _HEAD.size, min(depth, DEPTH) * 8)
+        got = self._known.get((tgid, raw))      # stacks repeat: one lookup names and matches it
+        if got is None:
+            interp = self.interps.get(tgid, False)
+            if interp is False:          # a fork the kernel followed: name it now, not at the next refresh
+                interp = self._try_add(tgid)
+            if interp is None:
+                self.unnamed += 1
+                return
+            codes = struct.unpack(f"<{len(raw) // 8}Q", raw)
+            frames = [interp.name(c) for c in reversed(codes)]
+            got = (frames, self.matcher.match(frames))
+            if len(self._known) >= MAX_STACKS:
+                self._known.clear()
+            self._known[(tgid, raw)] = got
+            self._teach(tgid, codes, frames[::-1])
+        frames, match = got
+        if decided:                      # the kernel applied it as it read it: count it only
+            self._counted(tid, why, frames, match, truncated)
+        elif why == WHY_BLOCK:
+            self._blocked(tid, frames, ts, match, truncated)
+        elif truncated:                  # outer frames unknown
+            self.take_partial(tid, frames, ts)
+        else:
+            self.take(tid, frames, ts, match)
+        if self.stacks is not None:
+            self._keep_interval(tgid, tid, ts, frames)
+
+    def _teach(self, tgid: int, codes: tuple, names: list[str]) -> None:
+        """Tell the kernel what the rules make of these code objects (pystack.c: code_op)."""
+        table = self.probes.bpf["code_op"]
+        for code, name in zip(codes, names):
+            key = (tgid, code)
+            if key in self._taught:
+                continue
+            if name.startswith("?") or name.endswith(":?"):
+                continue                 # not readable now: ask again next time
+            rule = self.matcher.frame_rule(name)
+            k = table.Key()
+            k.code, k.tgid = code, tgid
+            table[k] = ct.c_uint32(1 + self.ids[rule.name] if rule else 1)
+            self._taught.add(key)
+
+    def _counted(self, tid: int, why: int, frames: list[str], match: tuple, truncated: int) -> None:
+        """A sample the kernel named: the counts and this side's idea of the thread's op."""
+        if truncated:                    # its inner frames named it; not a whole sample
+            inner = self.matcher.match(frames)[0]
+            op = self.ids[inner] if inner else 0
+        else:
+            op = self.count(frames, match)
+        if why != WHY_BLOCK:
+            self._cur[tid] = op
+
+    def _blocked(self, tid: int, frames: list[str], ts: int, match: tuple, truncated: int) -> None:
+        """A stack read as the thread blocked: its op owns the wait only (SOP_BLOCKED); the
+        thread's on-CPU operation stays what the ticks last saw."""
+        inner = (self.matcher.match(frames) if truncated else match)[0]
+        if truncated and inner is None:
+            self.invalid += 1
+            return
+        op = self.ids[inner] if inner else 0
+        if not truncated:
+            self.count(frames, match)
+        if op != self._cur.get(tid, 0):
+            self._set_op(tid, op | SOP_BLOCKED, ts)
+
+    def _keep_interval(self, pid: int, tid: int, ts: int, frames: list[str]) -> None:
+        """--record: the time since a thread's last sample goes to that sample's stack (it held
+        until now), as each austin sample carries the time since the one before."""
+        prev = self._prev.get(tid)
+        self._prev[tid] = (ts, frames)
+        if prev is not None and ts > prev[0]:
+            self.stacks.add(pid, tid, prev[1], (ts - prev[0]) // 1000)

@@ -1,0 +1,109 @@
+"""The in-kernel sampler's CPython layout (probes/pystack.py), checked against this interpreter:
+the offsets the BPF program walks frames with, thread states, and code object names."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from rlscope_top.probes import pystack
+
+pytestmark = pytest.mark.skipif(sys.version_info[:2] not in pystack.LAYOUTS,
+                                reason="no layout for this CPython (the sampler falls back to austin)")
+
+
+@pytest.fixture
+def me():
+    interp = pystack.Interpreter(os.getpid())
+    yield interp
+    interp.close()
+
+
+def _tstate() -> int:
+    get = ctypes.pythonapi.PyThreadState_Get
+    get.restype = ctypes.c_void_p
+    return get()
+
+
+def test_version_and_thread_states_are_this_interpreters(me):
+    assert me.version == tuple(sys.version_info[:3])
+    states = me.thread_states()
+    assert states[threading.get_native_id()] == _tstate()
+
+    seen: dict = {}
+    done = threading.Event()
+    t = threading.Thread(target=lambda: (seen.update(tid=threading.get_native_id(), ts=_tstate()), done.wait(5)))
+    t.start()
+    try:
+        assert done.wait(0) or _until(lambda: "ts" in seen)
+        assert me.thread_states()[seen["tid"]] == seen["ts"]     # a second thread, found by its tid
+    finally:
+        done.set()
+        t.join()
+
+
+def _until(cond, timeout: float = 5.0) -> bool:
+    end = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.001)
+    return True
+
+
+def _chain(me: pystack.Interpreter) -> list[int]:
+    """The code objects of this thread's frames, innermost first, walked as pystack.c does."""
+    L = me.layout
+    cframe = me.ptr(_tstate() + L.tstate_cframe)
+    frame = me.ptr(cframe + L.cframe_current)
+    out = []
+    while frame and len(out) < 200:
+        out.append(me.ptr(frame + L.frame_code))
+        frame = me.ptr(frame + L.frame_previous)
+    return out
+
+
+def test_the_frame_chain_the_kernel_walks_is_this_threads_stack(me):
+    def inner():
+        return _chain(me), sys._getframe()
+
+    codes, f = inner()
+    want = []
+    while f is not None:
+        want.append(id(f.f_code))
+        f = f.f_back
+    # the walk ran inside _chain and me.ptr: those frames are innermost, then the same stack
+    assert codes[-len(want):] == want
+    assert id(_chain.__code__) in codes[:len(codes) - len(want)]
+
+
+class Env:
+    def step(self):
+        return sys._getframe().f_code
+
+
+def test_code_objects_are_named_as_austin_names_frames(me):
+    code = Env().step()
+    assert me.name(id(code)) == f"{code.co_filename}:Env.step"
+    ns = {}
+    # non-ASCII names: each kind of compact string (1, 2 and 4 bytes a character)
+    exec("def café():\n    pass\ndef δ_step():\n    pass\ndef 步():\n    pass\ndef 𐐀x():\n    pass\n", ns)
+    for name in ("café", "δ_step", "步", "𐐀x"):
+        c = ns[name].__code__
+        assert me.name(id(c)) == f"<string>:{name}", name
+
+
+def test_a_process_that_is_not_cpython_is_refused_with_a_reason():
+    p = subprocess.Popen(["sleep", "30"])
+    try:
+        with pytest.raises(pystack.Unsupported, match="no CPython 3.11"):
+            pystack.Interpreter(p.pid)
+    finally:
+        p.kill()
+        p.wait()
