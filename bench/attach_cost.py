@@ -31,7 +31,7 @@ PY = sys.executable
 # (arguments, environment): the default run loads the compiled program kept by an earlier
 # session (probes/bpf_cache.py); "compiling" turns that off, as on a machine's first attach
 SETTINGS = {"default": ([], {}), "default, compiling (no cache)": ([], {"RLSCOPE_BPF_CACHE": "0"}),
-            "--sample-hz 0": (["--sample-hz", "0"], {})}
+            "--sample-hz 0": (["--sample-hz", "0"], {}), "--sampler austin": (["--sampler", "austin"], {})}
 
 
 class Target:

@@ -17,7 +17,8 @@ import threading
 import time
 from typing import Callable
 
-from .pystack import NONE, Interpreter, Unsupported
+from ..errors import NotReadablePython
+from .pystack import NONE, Interpreter
 from .stack_sampler import StackCounts, StackSampler
 
 DEPTH = 128                 # PYS_DEPTH in pystack.c
@@ -56,7 +57,7 @@ class KernelStackSampler(StackSampler):
         """Arm the kernel half. False (``error`` says why) for a target it cannot read."""
         try:
             first = Interpreter(self.pid)
-        except Unsupported as e:
+        except NotReadablePython as e:
             self.error = str(e)
             return False
         bpf = self.probes.bpf
@@ -186,7 +187,7 @@ class KernelStackSampler(StackSampler):
     def _try_add(self, pid: int) -> Interpreter | None:
         try:
             interp = Interpreter(pid)
-        except Unsupported:
+        except NotReadablePython:
             interp = None
         self._add(pid, interp)
         return interp

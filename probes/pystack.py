@@ -12,6 +12,7 @@ import os
 import re
 import struct
 
+from ..errors import NotReadablePython
 from .bpf_cache import file_id
 from .elf_symbols import ElfFile, NotElf
 
@@ -46,10 +47,6 @@ LAYOUTS = {
 }
 
 
-class Unsupported(Exception):
-    """The process is not a CPython this sampler can read (the reason is the message)."""
-
-
 class Interpreter:
     """One target process's interpreter: its thread states and code object names."""
 
@@ -58,12 +55,12 @@ class Interpreter:
         self.version, self.runtime = find_runtime(pid)
         self.layout = LAYOUTS.get(self.version[:2])
         if self.layout is None:
-            raise Unsupported(f"CPython {self.version[0]}.{self.version[1]} (the in-kernel sampler reads "
+            raise NotReadablePython(f"CPython {self.version[0]}.{self.version[1]} (the in-kernel sampler reads "
                               f"{', '.join('%d.%d' % v for v in sorted(LAYOUTS))})")
         try:
             self._fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY | os.O_CLOEXEC)
         except OSError as e:
-            raise Unsupported(f"cannot read its memory: {e.strerror}") from None
+            raise NotReadablePython(f"cannot read its memory: {e.strerror}") from None
         self._names: dict[int, str] = {}
 
     def close(self) -> None:
@@ -136,7 +133,7 @@ def find_runtime(pid: int) -> tuple[tuple[int, int, int], int]:
     """(version, address of _PyRuntime) in a process, from the ELF file that defines it.
 
     Raises:
-        Unsupported: not a CPython 3.11+ (no ``Py_Version``), or its files cannot be read.
+        NotReadablePython: not a CPython 3.11+ (no ``Py_Version``), or its files cannot be read.
     """
     for path, start, offset in _mapped_files(pid):
         want = _objects(path, start, offset)
@@ -146,30 +143,32 @@ def find_runtime(pid: int) -> tuple[tuple[int, int, int], int]:
                     mem.seek(want["Py_Version"])
                     v = struct.unpack("<I", mem.read(4))[0]
             except (OSError, struct.error, ValueError):
-                raise Unsupported("cannot read its memory") from None
+                raise NotReadablePython("cannot read its memory") from None
             return (v >> 24, (v >> 16) & 0xFF, (v >> 8) & 0xFF), want["_PyRuntime"]
-    raise Unsupported("no CPython 3.11+ interpreter found in it")
+    raise NotReadablePython("no CPython 3.11+ interpreter found in it")
 
 
-_MAPS = re.compile(r"^([0-9a-f]+)-[0-9a-f]+ (\S+) ([0-9a-f]+) \S+ \d+\s+(/\S.*)$")
+_MAPS = re.compile(r"^([0-9a-f]+)-([0-9a-f]+) (\S+) ([0-9a-f]+) \S+ \d+\s+(/\S.*)$")
 
 
 def _mapped_files(pid: int):
-    """(path as this process opens it, lowest start, its file offset) of each mapped file,
-    the executable first; interpreter-looking names first."""
-    seen: dict[str, tuple[int, int]] = {}
+    """(the mapped file itself, its lowest start, that mapping's file offset) of each mapped
+    file, interpreter-looking names first. Opened through /proc/PID/map_files: the very file
+    the process maps, whatever its path names now (a path could be a planted symlink or FIFO,
+    and this runs as root)."""
+    seen: dict[str, tuple[int, int, str]] = {}
     try:
         with open(f"/proc/{pid}/maps") as f:
             for line in f:
                 m = _MAPS.match(line.rstrip("\n"))
-                if m and m.group(4) not in seen:
-                    seen[m.group(4)] = (int(m.group(1), 16), int(m.group(3), 16))
+                if m and m.group(5) not in seen:
+                    lo, hi = int(m.group(1), 16), int(m.group(2), 16)
+                    seen[m.group(5)] = (lo, int(m.group(4), 16), f"{lo:x}-{hi:x}")
     except OSError:
         return
-    names = sorted(seen, key=lambda p: (0 if "python" in os.path.basename(p) else 1))
-    for p in names:
-        # through the target's root: a container's files are not ours
-        yield f"/proc/{pid}/root{p}", *seen[p]
+    for p in sorted(seen, key=lambda p: (0 if "python" in os.path.basename(p) else 1)):
+        start, offset, rng = seen[p]
+        yield f"/proc/{pid}/map_files/{rng}", start, offset
 
 
 _SYMBOLS: dict[tuple, tuple[dict[str, int], list, int]] = {}    # file version -> what _symbols found
@@ -178,7 +177,7 @@ _SYMBOLS: dict[tuple, tuple[dict[str, int], list, int]] = {}    # file version -
 def _objects(path: str, start: int, offset: int) -> dict[str, int]:
     """Addresses of ``_PyRuntime`` and ``Py_Version`` in the process, if the file defines them."""
     try:
-        key = file_id(path)[1:]           # the file, whichever /proc/PID/root it is seen through
+        key = file_id(path)[1:]           # the file, whichever process's mapping it is seen through
     except OSError:
         return {}
     if key not in _SYMBOLS:             # a tree of workers maps the same interpreter: read it once

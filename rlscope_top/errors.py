@@ -173,3 +173,8 @@ class SymbolMissing(Exception):
 
 class NotElf(Exception):
     """The file is readable but is not an ELF object."""
+
+
+class NotReadablePython(Exception):
+    """A process the in-kernel stack sampler cannot read: not a CPython it has a layout for, or
+    memory it cannot open (the message says which; the session falls back to austin)."""

@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from rlscope_top.errors import NotReadablePython
 from rlscope_top.probes import pystack
 
 pytestmark = pytest.mark.skipif(sys.version_info[:2] not in pystack.LAYOUTS,
@@ -102,7 +103,7 @@ def test_code_objects_are_named_as_austin_names_frames(me):
 def test_a_process_that_is_not_cpython_is_refused_with_a_reason():
     p = subprocess.Popen(["sleep", "30"])
     try:
-        with pytest.raises(pystack.Unsupported, match="no CPython 3.11"):
+        with pytest.raises(NotReadablePython, match="no CPython 3.11"):
             pystack.Interpreter(p.pid)
     finally:
         p.kill()
