@@ -503,9 +503,18 @@ static __always_inline int emit(struct pt_regs *ctx, int id, u32 kind, int read_
     return 0;
 }
 
+// What sched_switch hands pys_switch (a tail call keeps only the context).
+struct pys_switch_arg {
+    u32 tid;
+    u32 tgid;
+    u64 now;
+};
+BPF_PERCPU_ARRAY(pys_arg, struct pys_switch_arg, 1);
+
 TRACEPOINT_PROBE(sched, sched_switch) {
     u64 now = bpf_ktime_get_ns();
     u32 prev = args->prev_pid, next = args->next_pid;
+    u32 pys_blocked = 0, pys_tgid = 0;
     struct tstate *s = threads.lookup(&prev);
     if (s && !s->exited && targets.lookup(&s->tgid)) {
         u32 tgid = bpf_get_current_pid_tgid() >> 32;
@@ -519,8 +528,8 @@ TRACEPOINT_PROBE(sched, sched_switch) {
             s->switches++;
             // prev_state 0 (yielded) or TASK_REPORT_MAX (preempted): runnable, not blocked
             s->preempted = (args->prev_state & 0xff) == 0;
-            if (!s->preempted)      // blocks: its stack now is the operation it waits in
-                pys_apply(s, now, PYS_WHY_BLOCK, pys_sample(tgid, prev, now, PYS_WHY_BLOCK));
+            pys_blocked = !s->preempted;
+            pys_tgid = tgid;
             tl_emit(prev, tgid, now, EV_OFF, 0);
         }
     }
@@ -535,6 +544,27 @@ TRACEPOINT_PROBE(sched, sched_switch) {
         s->sop_off = 0;
         tl_emit(next, s->tgid, now, EV_ON, 0);
     }
+    if (pys_blocked) {                 // pys_switch below, handed what it needs; no return from it
+        int zero = 0;
+        struct pys_switch_arg a = {prev, pys_tgid, now};
+        pys_arg.update(&zero, &a);
+        pys_switch_prog.call(args, 0);
+    }
+    return 0;
+}
+
+// The stack sampler's part of a context switch, reached by a tail call so that the verifier
+// checks the stack walk once, here, not inside every path of sched_switch (~0.4 s a load).
+int pys_switch(void *ctx) {
+    int zero = 0;
+    struct pys_switch_arg *a = pys_arg.lookup(&zero);
+    if (!a)
+        return 0;
+    u32 tid = a->tid;
+    struct tstate *s = threads.lookup(&tid);
+    if (!s)
+        return 0;                      // it blocks: its stack now is the operation it waits in
+    pys_apply(s, a->now, PYS_WHY_BLOCK, pys_sample(a->tgid, tid, a->now, PYS_WHY_BLOCK));
     return 0;
 }
 
@@ -578,18 +608,32 @@ int on_tick(struct bpf_perf_event_data *ctx) {
     if (!s || s->exited || !targets.lookup(&s->tgid))
         return 0;
     u32 where = tick_where(s, ctx);
-    u32 sampled = pys_sample(s->tgid, tid, now, PYS_WHY_TICK);
-    if (!(op_cfg() & 3))
+    if (op_cfg() & 3) {
+        ann_sync(s, now);
+        sop_sync(s, now, RUN_ON);
+        advance(s, now, RUN_ON);
+        u32 op = cur_op(s);
+        if (op && where < NTICK) {
+            struct opcnt *c = op_counters(s, op);
+            if (c)
+                c->ticks[where]++;
+        }
+    }
+    pys_tick_prog.call(ctx, 0);        // pys_tick below; no return from it
+    return 0;
+}
+
+// The stack sampler's part of a tick (a tail call, as pys_switch).
+int pys_tick(struct bpf_perf_event_data *ctx) {
+    u64 now = bpf_ktime_get_ns();
+    u32 tid = (u32)bpf_get_current_pid_tgid();
+    struct tstate *s = threads.lookup(&tid);
+    if (!s)
         return 0;
-    ann_sync(s, now);
-    sop_sync(s, now, RUN_ON);
-    advance(s, now, RUN_ON);
-    pys_apply(s, now, PYS_WHY_TICK, sampled);
-    u32 op = cur_op(s);
-    if (op && where < NTICK) {
-        struct opcnt *c = op_counters(s, op);
-        if (c)
-            c->ticks[where]++;
+    u32 op = pys_sample(s->tgid, tid, now, PYS_WHY_TICK);
+    if (op != PYS_UNDECIDED && (op_cfg() & 3)) {
+        advance(s, now, RUN_ON);
+        pys_apply(s, now, PYS_WHY_TICK, op);
     }
     return 0;
 }

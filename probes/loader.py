@@ -84,6 +84,7 @@ class ProbeSet(MapAccess):
         self.compiled: str | None = None          # load(): "cache" (probes/bpf_cache.py) or "bcc"
         self.t0_ns = 0
         self.tick_hz = 0          # the CPU-clock tick's rate once attached (0: none)
+        self.pystack_error: str | None = None   # why the in-kernel stack sampler cannot run
         self._cfg_lock = threading.Lock()
         self._sop: dict[int, object] = {}        # tid -> the sampled-op history leaf we write
         self._sop_seq: dict[int, int] = {}
@@ -114,6 +115,19 @@ class ProbeSet(MapAccess):
             self.bpf["events"].open_ring_buffer(self._on_event)
         except Exception as e:          # bcc raises plain Exception: a kernel without BPF ring buffers
             raise RuntimeError(f"the kernel refused a BPF ring buffer (needs Linux 5.8+): {e}") from None
+        self._arm_stack_sampler()
+
+    def _arm_stack_sampler(self) -> None:
+        """Put the in-kernel stack sampler's programs behind on_tick's and sched_switch's tail
+        calls (verified apart from them). On failure ``pystack_error`` says why; the session
+        goes on, and the austin sampler stands in."""
+        self.pystack_error = None
+        try:
+            for table, fn, kind in (("pys_tick_prog", "pys_tick", self._bcc.BPF.PERF_EVENT),
+                                    ("pys_switch_prog", "pys_switch", self._bcc.BPF.TRACEPOINT)):
+                self.bpf[table][ct.c_int(0)] = ct.c_int(self.bpf.load_func(fn, kind).fd)
+        except Exception as e:          # bcc raises plain Exception (the verifier's refusal)
+            self.pystack_error = f"the kernel refused its programs: {first_line(e)}"
 
     def _from_cache(self, text: str):
         """The same program compiled before, or None. Two programs every session uses load now:

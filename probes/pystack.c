@@ -40,6 +40,8 @@ BPF_HASH(pylast, u32, struct pylast, 32768);
 BPF_ARRAY(pycfg, u64, 2);                // [0] sampling period ns (0: off), [1] least gap of a blocked sample
 BPF_PERCPU_ARRAY(pystat, u64, 4);        // samples, ns spent reading, threads with no state, ring full
 BPF_RINGBUF_OUTPUT(pystacks, 128);
+BPF_PROG_ARRAY(pys_tick_prog, 1);       // [0] pys_tick: on_tick's tail call (the loader fills it)
+BPF_PROG_ARRAY(pys_switch_prog, 1);     // [0] pys_switch: sched_switch's
 
 // What the monitor's rules make of each code object it has named: 1 + the operation id of
 // the rule its frame matches, or 1 for none. A stack whose inner frames are all known up to

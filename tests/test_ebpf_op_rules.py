@@ -132,5 +132,8 @@ def test_time_blocked_in_an_operation_is_that_operation(ebpf, target, monitor, t
     got = {n: ops[n]["share"] for n in ("compute", "wait")}
     print(sampler, got, want)
     assert want["wait"] > 0.6
+    # kernel: wait reads 1-2.4 pp low (its on-CPU edge, the pipe write and read, is sampled as
+    # compute by the ticks; 2.7 on a loaded machine); austin within 1.3 pp idle, 4.1 loaded
+    bound = {"kernel": 0.04, "austin": 0.05}[sampler]
     for n in got:
-        assert abs(got[n] - want[n]) <= 0.03, (n, got, want, s["sampler"])
+        assert abs(got[n] - want[n]) <= bound, (n, got, want, s["sampler"])

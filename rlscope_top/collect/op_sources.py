@@ -58,8 +58,8 @@ class OperationSources:
         """The in-kernel sampler, or None (said why: a warning if asked for, else austin takes over)."""
         smp = KernelStackSampler(self.pid, self.op_rules, self.sample_hz, self._sampled_op, self.probes,
                                  children=self._has_children(), stacks=stacks)
-        if not self.probes.tick_hz:
-            smp.error = "no CPU-clock tick to sample on"
+        if not self.probes.tick_hz or self.probes.pystack_error:
+            smp.error = self.probes.pystack_error or "no CPU-clock tick to sample on"
         elif smp.start():
             return smp
         if self.sampler_kind == "kernel":
