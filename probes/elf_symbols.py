@@ -22,7 +22,7 @@ from .prologue import is_cheap_at
 from ..errors import NotElf
 
 SHT_SYMTAB, SHT_NOTE, SHT_NOBITS, SHT_DYNSYM = 2, 7, 8, 11
-STT_FUNC, STT_GNU_IFUNC = 2, 10
+STT_OBJECT, STT_FUNC, STT_GNU_IFUNC = 1, 2, 10
 PT_LOAD = 1
 NT_GNU_BUILD_ID = 3
 EM_X86_64 = 62
@@ -337,16 +337,23 @@ def _defined_in(path: str, names: frozenset[str]) -> dict[str, int]:
 
 def _defined(elf: ElfFile, names: frozenset[str]) -> dict[str, int]:
     out: dict[str, int] = {}
+    for name, value in symbol_values(elf, names, (STT_FUNC, STT_GNU_IFUNC)):
+        off = elf.file_offset(value)
+        if off is not None:
+            out.setdefault(name, off)
+    return out
+
+
+def symbol_values(elf: ElfFile, names: frozenset[str], kinds: tuple[int, ...]) -> Iterator[tuple[str, int]]:
+    """(name, link-time address) of each defined symbol of the given types (STT_*) spelled as
+    one of ``names``, in table order (a name may come more than once)."""
     for _, sec, strtab in elf.symbol_tables():
         offsets = _name_offsets(elf, strtab, names)
         if not offsets:
             continue
         for name, value, _, info, shndx in elf.raw_symbols(sec):
-            if name in offsets and info & 0xF in (STT_FUNC, STT_GNU_IFUNC) and shndx != 0 and value:
-                off = elf.file_offset(value)
-                if off is not None:
-                    out.setdefault(offsets[name], off)
-    return out
+            if name in offsets and info & 0xF in kinds and shndx != 0 and value:
+                yield offsets[name], value
 
 
 def _name_offsets(elf: ElfFile, strtab: _Section, names: frozenset[str]) -> dict[int, str]:

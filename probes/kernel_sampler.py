@@ -18,13 +18,13 @@ import time
 from typing import Callable
 
 from ..errors import NotReadablePython
-from .pystack import NONE, Interpreter
+from .pystack import Interpreter
 from .stack_sampler import StackCounts, StackSampler
 
 DEPTH = 128                 # PYS_DEPTH in pystack.c
 REFRESH_S = 0.5             # new threads and processes are looked for this often
 POLL_MS = 50
-WHY_BLOCK = 1               # PYS_WHY_BLOCK in pystack.c
+WHY_BLOCK, WHY_EXEC = 1, 2  # PYS_WHY_* in pystack.c
 SOP_BLOCKED = 0x80000000    # bpf_program.c: the op of a blocked sample, for the time off CPU
 MAX_STACKS = 100_000        # distinct stacks whose names and match are kept
 _HEAD = struct.Struct("<QIIHBBI")          # struct pysample up to its frames
@@ -32,7 +32,7 @@ _HEAD = struct.Struct("<QIIHBBI")          # struct pysample up to its frames
 
 class _PyInfo(ct.Structure):
     _fields_ = [("o_cframe", ct.c_uint32), ("o_current_frame", ct.c_uint32), ("o_code", ct.c_uint32),
-                ("o_previous", ct.c_uint32), ("o_owner", ct.c_uint32), ("shim_owner", ct.c_uint32)]
+                ("o_previous", ct.c_uint32)]
 
 
 class KernelStackSampler(StackSampler):
@@ -48,10 +48,10 @@ class KernelStackSampler(StackSampler):
         self._prev: dict[int, tuple[int, list[str]]] = {}  # tid -> (ts, frames) of its last sample
         self._known: dict[tuple[int, bytes], tuple] = {}   # (pid, code addresses) -> (frames, match)
         self._taught: set[tuple[int, int]] = set()          # (pid, code) the kernel knows (code_op)
+        self._pyts: dict[int, int] = {}                     # tid -> the PyThreadState written to pyts
+        self._starting: set[int] = set()                    # exec'd processes whose interpreter is starting
         self._rb = None
         self._cb = None
-        self._reader_cpu = 0.0
-        self.unnamed = 0          # samples of processes whose interpreter is not known (yet)
 
     def start(self) -> bool:
         """Arm the kernel half. False (``error`` says why) for a target it cannot read."""
@@ -96,13 +96,19 @@ class KernelStackSampler(StackSampler):
             return
         L = interp.layout
         self.probes.bpf["pyinfo"][ct.c_uint32(pid)] = _PyInfo(L.tstate_cframe, L.cframe_current, L.frame_code,
-                                                              L.frame_previous, NONE, 0)
+                                                              L.frame_previous)
         self._thread_states(interp)
 
-    def _thread_states(self, interp: Interpreter) -> None:
+    def _thread_states(self, interp: Interpreter) -> int:
+        """Write the thread states the kernel does not have yet (this runs every refresh).
+        Returns how many the interpreter has."""
         table = self.probes.bpf["pyts"]
-        for tid, addr in interp.thread_states().items():
-            table[ct.c_uint32(tid)] = ct.c_uint64(addr)
+        states = interp.thread_states()
+        for tid, addr in states.items():
+            if self._pyts.get(tid) != addr:
+                table[ct.c_uint32(tid)] = ct.c_uint64(addr)
+                self._pyts[tid] = addr
+        return len(states)
 
     def stop(self) -> None:
         """Stop sampling in the kernel and the reader (idempotent)."""
@@ -136,10 +142,11 @@ class KernelStackSampler(StackSampler):
         """A thread exited: drop what was kept for it, here and in the kernel."""
         self._cur.pop(tid, None)
         self._prev.pop(tid, None)
+        self._pyts.pop(tid, None)
         for name in ("pyts", "pylast"):
             try:
                 del self.probes.bpf[name][ct.c_uint32(tid)]
-            except (KeyError, Exception):
+            except Exception:                # KeyError, or the program is gone
                 pass
 
     def cpu_s(self) -> float | None:
@@ -152,25 +159,40 @@ class KernelStackSampler(StackSampler):
         except Exception:
             return None
 
-    def reader_cpu_s(self) -> float:
-        """CPU seconds of the monitor's thread that names and matches the samples."""
-        return self._reader_cpu
-
-    def kernel_counts(self) -> dict:
-        """The kernel half's counters: samples sent, samples of threads with no known state, ring full."""
-        stat = self.probes.bpf["pystat"]
-        return {k: int(sum(stat[ct.c_int(i)])) for i, k in ((0, "sent"), (2, "no_thread_state"), (3, "ring_full"))}
-
     # -- reading -----------------------------------------------------------
     def _read(self) -> None:
-        c0, last = time.thread_time(), 0.0
+        last = 0.0
         while not self._stopping:
             self._lib.bpf_poll_ringbuf(self._rb, POLL_MS)
+            for pid in list(self._starting):
+                interp = self.interps.get(pid)
+                if interp is None or self._thread_states(interp):
+                    self._starting.discard(pid)
             now = time.monotonic()
             if now - last >= REFRESH_S:
                 last = now
                 self._refresh()
-            self._reader_cpu = time.thread_time() - c0
+
+    def _exec(self, pid: int) -> None:
+        """A process exec'd (the kernel dropped its interpreter): forget the old program's code
+        objects, here and in the kernel, and read the new one. Its main thread state exists only
+        once the new interpreter has started: it is looked for at every poll until found."""
+        old = self.interps.pop(pid, None)
+        if old is not None:
+            old.close()
+        self._known = {k: v for k, v in self._known.items() if k[0] != pid}
+        table = self.probes.bpf["code_op"]
+        for key in [k for k in self._taught if k[0] == pid]:
+            self._taught.discard(key)
+            k = table.Key()
+            k.tgid, k.code = key
+            try:
+                del table[k]
+            except KeyError:
+                pass
+        self._pyts.pop(pid, None)
+        if self._try_add(pid) is not None:
+            self._starting.add(pid)
 
     def _refresh(self) -> None:
         """Name new processes of the tree and find new threads' states."""
@@ -201,6 +223,9 @@ class KernelStackSampler(StackSampler):
 
     def _sample(self, data: int) -> None:
         ts, tgid, tid, depth, why, truncated, decided = _HEAD.unpack(ct.string_at(data, _HEAD.size))
+        if why == WHY_EXEC:
+            self._exec(tgid)
+            return
         raw = ct.string_at(data + _HEAD.size, min(depth, DEPTH) * 8)
         got = self._known.get((tgid, raw))      # stacks repeat: one lookup names and matches it
         if got is None:
@@ -208,8 +233,7 @@ class KernelStackSampler(StackSampler):
             if interp is False:          # a fork the kernel followed: name it now, not at the next refresh
                 interp = self._try_add(tgid)
             if interp is None:
-                self.unnamed += 1
-                return
+                return                   # not a CPython we can read (an exec the kernel has not seen yet)
             codes = struct.unpack(f"<{len(raw) // 8}Q", raw)
             frames = [interp.name(c) for c in reversed(codes)]
             got = (frames, self.matcher.match(frames))
@@ -223,7 +247,7 @@ class KernelStackSampler(StackSampler):
         elif why == WHY_BLOCK:
             self._blocked(tid, frames, ts, match, truncated)
         elif truncated:                  # outer frames unknown
-            self.take_partial(tid, frames, ts)
+            self.take_partial(tid, frames, ts, match)
         else:
             self.take(tid, frames, ts, match)
         if self.stacks is not None:
@@ -247,8 +271,7 @@ class KernelStackSampler(StackSampler):
     def _counted(self, tid: int, why: int, frames: list[str], match: tuple, truncated: int) -> None:
         """A sample the kernel named: the counts and this side's idea of the thread's op."""
         if truncated:                    # its inner frames named it; not a whole sample
-            inner = self.matcher.match(frames)[0]
-            op = self.ids[inner] if inner else 0
+            op = self.ids[match[0]] if match[0] else 0
         else:
             op = self.count(frames, match)
         if why != WHY_BLOCK:
@@ -257,7 +280,7 @@ class KernelStackSampler(StackSampler):
     def _blocked(self, tid: int, frames: list[str], ts: int, match: tuple, truncated: int) -> None:
         """A stack read as the thread blocked: its op owns the wait only (SOP_BLOCKED); the
         thread's on-CPU operation stays what the ticks last saw."""
-        inner = (self.matcher.match(frames) if truncated else match)[0]
+        inner = match[0]                 # of the frames read: the inner ones, when truncated
         if truncated and inner is None:
             self.invalid += 1
             return

@@ -7,14 +7,13 @@
 #define PYS_NONE 0xffffffff
 #define PYS_WHY_TICK 0
 #define PYS_WHY_BLOCK 1
+#define PYS_WHY_EXEC 2               // not a sample: the process exec'd (depth 0)
 
 struct pyinfo {                    // per target process, set by the monitor (pystack.Layout)
     u32 o_cframe;                  // PyThreadState -> _PyCFrame * (3.11, 3.12); PYS_NONE: none
     u32 o_current_frame;           // _PyCFrame (or PyThreadState) -> current _PyInterpreterFrame *
     u32 o_code;                    // _PyInterpreterFrame -> its code object
     u32 o_previous;                // _PyInterpreterFrame -> the caller's frame
-    u32 o_owner;                   // _PyInterpreterFrame -> owner (3.12+ C-stack shims; the monitor drops them)
-    u32 shim_owner;
 };
 
 struct pysample {
@@ -24,7 +23,7 @@ struct pysample {
     u16 depth;
     u8 why;                        // PYS_WHY_*
     u8 truncated;                  // 1: deeper than PYS_DEPTH, 2: a frame could not be read
-    u32 pad;                       // 1: the kernel named its operation (pys_decide)
+    u32 decided;                   // 1: the kernel named its operation (pys_decide)
     u64 code[PYS_DEPTH];
 };
 
@@ -163,10 +162,9 @@ static __always_inline u32 pys_sample(u32 tgid, u32 tid, u64 now, u8 why) {
     e->tgid = tgid;
     e->tid = tid;
     e->why = why;
-    e->pad = 0;
     pys_walk(e, pi, *tsp);
     u32 op = pys_decide(e, tgid);
-    e->pad = op != PYS_UNDECIDED;      // decided here: the monitor only counts it
+    e->decided = op != PYS_UNDECIDED;  // the monitor only counts it
     pystacks.ringbuf_submit(e, 0);
     pys_count(0, 1);
     pys_count(1, bpf_ktime_get_ns() - now);
@@ -193,6 +191,17 @@ TRACEPOINT_PROBE(sched, sched_process_exec) {
     if (pyinfo.lookup(&tgid)) {
         pyinfo.delete(&tgid);
         pyts.delete(&tid);
+        struct pysample *e = pystacks.ringbuf_reserve(sizeof(struct pysample));
+        if (e) {                       // the monitor forgets the old program's names and reads the new one
+            e->ts = bpf_ktime_get_ns();
+            e->tgid = tgid;
+            e->tid = tid;
+            e->depth = 0;
+            e->why = PYS_WHY_EXEC;
+            e->truncated = 0;
+            e->decided = 0;
+            pystacks.ringbuf_submit(e, 0);
+        }
     }
     return 0;
 }

@@ -11,10 +11,11 @@ import dataclasses
 import os
 import re
 import struct
+from typing import Callable
 
 from ..errors import NotReadablePython
 from .bpf_cache import file_id
-from .elf_symbols import ElfFile, NotElf
+from .elf_symbols import STT_OBJECT, ElfFile, NotElf, symbol_values
 
 NONE = 0xFFFFFFFF
 
@@ -52,15 +53,19 @@ class Interpreter:
 
     def __init__(self, pid: int):
         self.pid = pid
-        self.version, self.runtime = find_runtime(pid)
-        self.layout = LAYOUTS.get(self.version[:2])
-        if self.layout is None:
-            raise NotReadablePython(f"CPython {self.version[0]}.{self.version[1]} (the in-kernel sampler reads "
-                              f"{', '.join('%d.%d' % v for v in sorted(LAYOUTS))})")
         try:
             self._fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY | os.O_CLOEXEC)
         except OSError as e:
             raise NotReadablePython(f"cannot read its memory: {e.strerror}") from None
+        try:
+            self.version, self.runtime = find_runtime(pid, self.read)
+            self.layout = LAYOUTS.get(self.version[:2])
+            if self.layout is None:
+                raise NotReadablePython(f"CPython {self.version[0]}.{self.version[1]} (the in-kernel sampler "
+                                        f"reads {', '.join('%d.%d' % v for v in sorted(LAYOUTS))})")
+        except NotReadablePython:
+            self.close()
+            raise
         self._names: dict[int, str] = {}
 
     def close(self) -> None:
@@ -129,21 +134,20 @@ class Interpreter:
         return raw.decode({1: "latin-1", 2: "utf-16-le", 4: "utf-32-le"}[kind], "replace")
 
 
-def find_runtime(pid: int) -> tuple[tuple[int, int, int], int]:
-    """(version, address of _PyRuntime) in a process, from the ELF file that defines it.
+def find_runtime(pid: int, read: Callable[[int, int], bytes | None]) -> tuple[tuple[int, int, int], int]:
+    """(version, address of _PyRuntime) in a process, from the ELF file that defines it;
+    ``read(address, n)`` reads its memory (Interpreter.read).
 
     Raises:
-        NotReadablePython: not a CPython 3.11+ (no ``Py_Version``), or its files cannot be read.
+        NotReadablePython: not a CPython 3.11+ (no ``Py_Version``), or its memory cannot be read.
     """
     for path, start, offset in _mapped_files(pid):
         want = _objects(path, start, offset)
         if "_PyRuntime" in want and "Py_Version" in want:
-            try:
-                with open(f"/proc/{pid}/mem", "rb", buffering=0) as mem:
-                    mem.seek(want["Py_Version"])
-                    v = struct.unpack("<I", mem.read(4))[0]
-            except (OSError, struct.error, ValueError):
-                raise NotReadablePython("cannot read its memory") from None
+            raw = read(want["Py_Version"], 4)
+            if raw is None:
+                raise NotReadablePython("cannot read its memory")
+            v = struct.unpack("<I", raw)[0]
             return (v >> 24, (v >> 16) & 0xFF, (v >> 8) & 0xFF), want["_PyRuntime"]
     raise NotReadablePython("no CPython 3.11+ interpreter found in it")
 
@@ -171,6 +175,7 @@ def _mapped_files(pid: int):
         yield f"/proc/{pid}/map_files/{rng}", start, offset
 
 
+_OBJECTS = frozenset(("_PyRuntime", "Py_Version"))
 _SYMBOLS: dict[tuple, tuple[dict[str, int], list, int]] = {}    # file version -> what _symbols found
 
 
@@ -194,18 +199,11 @@ def _objects(path: str, start: int, offset: int) -> dict[str, int]:
 
 def _symbols(path: str) -> tuple[dict[str, int], list, int]:
     """(the link-time addresses of the two objects, PT_LOAD segments, ELF type) of a file."""
-    names = {"_PyRuntime", "Py_Version"}
     try:
         with ElfFile(path) as elf:
             found: dict[str, int] = {}
-            for _, sec, strtab in elf.symbol_tables():
-                for name, value, _, info, shndx in elf.raw_symbols(sec):
-                    if shndx and value and info & 0xF == 1:          # STT_OBJECT
-                        n = elf._cstr(strtab.offset + name)
-                        if n in names:
-                            found.setdefault(n, value)
-                if len(found) == 2:
-                    break
+            for name, value in symbol_values(elf, _OBJECTS, (STT_OBJECT,)):
+                found.setdefault(name, value)
             return found, list(elf.loads), elf.etype
     except (OSError, NotElf, struct.error, ValueError):
         return {}, [], 0
@@ -214,6 +212,8 @@ def ns_tids(pid: int) -> dict[int, int]:
     """{tid in the process's own pid namespace: tid here}; empty maps are identity."""
     out: dict[int, int] = {}
     try:
+        if os.readlink(f"/proc/{pid}/ns/pid") == os.readlink("/proc/self/ns/pid"):
+            return out                  # our namespace: nothing to read (this runs every refresh)
         tids = os.listdir(f"/proc/{pid}/task")
     except OSError:
         return out

@@ -237,9 +237,10 @@ class StackSampler:
                 row[n] = row.get(n, 0) + 1
         return op
 
-    def take_partial(self, tid: int, inner_frames: list[str], ts_ns: int = 0) -> None:
-        """A sample whose outer frames are unknown: its innermost match still names the operation."""
-        inner = self.matcher.match(inner_frames)[0]
+    def take_partial(self, tid: int, inner_frames: list[str], ts_ns: int = 0, match: tuple | None = None) -> None:
+        """A sample whose outer frames are unknown: its innermost match still names the operation
+        (``match``: the matcher's answer for these frames, when the caller has it already)."""
+        inner = (match or self.matcher.match(inner_frames))[0]
         if inner is None:
             self.invalid += 1
             return

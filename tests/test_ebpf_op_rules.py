@@ -92,12 +92,15 @@ def test_austin_follows_a_child_forked_after_attach(ebpf, target, monitor, tmp_p
     assert s["operations"]["childwork"]["source"] == "sampled"
 
 
-def test_kernel_sampler_follows_a_child_from_its_fork(ebpf, target, monitor, tmp_path):
+@pytest.mark.quiet          # fork: 3.028-3.047 s in 3 of 8 runs on 2026-11-25, not yet explained
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_kernel_sampler_follows_a_child_from_its_fork(ebpf, target, monitor, tmp_path, method):
     """The in-kernel sampler gives a forked child its parent's interpreter and thread state at
     the fork (pystack.c: pys_fork): the child's operation is sampled from its first tick, and
-    no austin runs."""
+    no austin runs. A spawned child (fork, then exec of a new interpreter) is read again at
+    its exec, and its main thread found as soon as its interpreter starts."""
     start, truth = tmp_path / "start", tmp_path / "truth.json"
-    t = target("late_child.py", start, truth, 3.0)
+    t = target("late_child.py", start, truth, 3.0, method)
     m, summary = monitor(t.pid, "--duration", "7", "--op", "childwork=child_work", "--max-overhead", "100")
     start.touch()
     child = int(t.wait_line("child").split()[1])

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 from ..probes import ann_region
-from ..probes.kernel_sampler import KernelStackSampler
+from ..probes.kernel_sampler import SOP_BLOCKED, KernelStackSampler
 from ..probes.stack_sampler import StackCounts, StackSampler
 from ..ring import records as R
 from ..vocab import ALL_OP
@@ -133,7 +133,7 @@ class OperationSources:
     def _sampled_op(self, tid: int, op: int, ts_ns: int) -> None:
         """The sampler saw a thread change operation (called from its reader thread)."""
         self.probes.set_sampled_op(tid, op, ts_ns)
-        if op & 0x7FFFFFFF and not self._sampling_on:      # less the kernel sampler's blocked flag
+        if op & ~SOP_BLOCKED and not self._sampling_on:
             # the kernel looks sampled operations up only once a rule has matched, so a
             # target no rule fits pays nothing for the sampler in its probes
             self._sampling_on = True

@@ -1,7 +1,7 @@
 """A process with no children at attach that forks one later: the child spends a known time
 in `child_work` (pure Python), logged with CLOCK_MONOTONIC bounds.
 
-usage: late_child.py START_FILE TRUTH SECONDS
+usage: late_child.py START_FILE TRUTH SECONDS [fork|spawn]   (spawn: fork and exec a new interpreter)
 """
 
 import json
@@ -33,9 +33,10 @@ def child(truth: str, seconds: float) -> None:
 
 def main() -> None:
     start_file, truth, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
+    method = sys.argv[4] if len(sys.argv) > 4 else "fork"
     ready()
     wait_for(start_file)
-    p = mp.get_context("fork").Process(target=child, args=(truth, seconds))
+    p = mp.get_context(method).Process(target=child, args=(truth, seconds))
     p.start()
     print(f"child {p.pid}", flush=True)
     while True:
