@@ -42,7 +42,7 @@ def session(tmp: str, simlib: str, calib: str, mode: str, i: int) -> tuple[dict,
     summary = os.path.join(tmp, f"s{i}.json")
     extra = ["--max-overhead", "100"] if mode == "exact" else ["--op", "collect=collect", "--op", "update=update"]
     subprocess.run([PY, "-m", "rlscope_top.cli", "attach", str(t.pid), "--headless", "--summary", summary,
-                    "--sim-lib", f"{simlib}:sim_step", "--duration", "10", *extra], cwd=REPO, capture_output=True,
+                    "--sim-lib", f"{simlib}:sim_work", "--duration", "10", *extra], cwd=REPO, capture_output=True,
                    env={**os.environ, "RLSCOPE_CALIBRATION": calib}, check=True)
     a0 = time.monotonic_ns()
     time.sleep(2.0)
@@ -65,20 +65,29 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--mode", choices=("exact", "default"), default="exact")
     ap.add_argument("--sessions", type=int, default=2)
+    ap.add_argument("--calibration", help="a calibration file to use (made there if missing)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        simlib, calib = os.path.join(tmp, "libtoysim.so"), os.path.join(tmp, "calibration.json")
+        simlib, calib = os.path.join(tmp, "libtoysim.so"), args.calibration or os.path.join(tmp, "calibration.json")
         subprocess.run(["gcc", "-O1", "-shared", "-fPIC", "-o", simlib, os.path.join(REPO, "tests/native/simlib.c")],
                        check=True)
-        subprocess.run([PY, "-m", "rlscope_top.cli", "calibrate"], cwd=REPO, check=True, capture_output=True,
-                       env={**os.environ, "RLSCOPE_CALIBRATION": calib})
+        if not os.path.exists(calib):
+            subprocess.run([PY, "-m", "rlscope_top.cli", "calibrate"], cwd=REPO, check=True, capture_output=True,
+                           env={**os.environ, "RLSCOPE_CALIBRATION": calib})
         for i in range(args.sessions):
             s, items, spans = session(tmp, simlib, calib, args.mode, i)
             truth = unprobed_shares(items, spans)
+            before, after = unprobed_shares(items, spans[:1]), unprobed_shares(items, spans[1:])
+            print(f"   truth before / after: " + "  ".join(
+                f"{c} {100 * before[c]:.1f} / {100 * after[c]:.1f}%" for c in CATS))
             tot = sum(s["totals"][f"{c}_s"] for c in CATS)
             print(f"{args.mode} {i}: " + "  ".join(
                 f"{c} {100 * s['totals'][f'{c}_s'] / tot:.1f}% vs {100 * truth[c]:.1f}% "
                 f"({100 * (s['totals'][f'{c}_s'] / tot - truth[c]):+.1f} pp)" for c in CATS))
+            smp = s.get("sampler") or {}
+            print(f"   modes {s['budget']['modes']}, sampler {smp.get('tool')}, ticks placed by call site "
+                  f"{smp.get('site_ticks')}, stated bound ±{s['estimates'].get('backend', {}).get('bound_pp')} pp, "
+                  f"overhead {s['overhead']['estimated_pct']}% {s['overhead']['by_source_s']}")
             for kind, cat in (("simulator", "simulator"), ("backend", "backend")):
                 u, p, ours = per_call(s, items, kind, cat)
                 print(f"   {kind} per call: target unprobed {u:.2f} us, probed {p:.2f} us, ours corrected {ours:.2f} us")

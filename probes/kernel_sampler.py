@@ -32,7 +32,7 @@ _HEAD = struct.Struct("<QIIHBBI")          # struct pysample up to its frames
 
 class _PyInfo(ct.Structure):
     _fields_ = [("o_cframe", ct.c_uint32), ("o_current_frame", ct.c_uint32), ("o_code", ct.c_uint32),
-                ("o_previous", ct.c_uint32)]
+                ("o_previous", ct.c_uint32), ("o_instr", ct.c_uint32), ("pad", ct.c_uint32)]
 
 
 class KernelStackSampler(StackSampler):
@@ -50,6 +50,7 @@ class KernelStackSampler(StackSampler):
         self._taught: set[tuple[int, int]] = set()          # (pid, code) the kernel knows (code_op)
         self._pyts: dict[int, int] = {}                     # tid -> the PyThreadState written to pyts
         self._starting: set[int] = set()                    # exec'd processes whose interpreter is starting
+        self._sites_final: int | None = None                # site-placed ticks when it stopped
         self._rb = None
         self._cb = None
 
@@ -96,7 +97,7 @@ class KernelStackSampler(StackSampler):
             return
         L = interp.layout
         self.probes.bpf["pyinfo"][ct.c_uint32(pid)] = _PyInfo(L.tstate_cframe, L.cframe_current, L.frame_code,
-                                                              L.frame_previous)
+                                                              L.frame_previous, L.frame_instr, 0)
         self._thread_states(interp)
 
     def _thread_states(self, interp: Interpreter) -> int:
@@ -120,6 +121,7 @@ class KernelStackSampler(StackSampler):
         except Exception:                # the program is gone already
             pass
         self._cpu_final = self.cpu_s()
+        self._sites_final = self.site_ticks()
         if self._thread is not None:
             self._thread.join(timeout=2)
         if self._rb:
@@ -148,6 +150,15 @@ class KernelStackSampler(StackSampler):
                 del self.probes.bpf[name][ct.c_uint32(tid)]
             except Exception:                # KeyError, or the program is gone
                 pass
+
+    def site_ticks(self) -> int:
+        """CPU-clock ticks the kernel placed by their call site (bpf_program.c site_where)."""
+        if self._sites_final is not None:
+            return self._sites_final
+        try:
+            return int(sum(self.probes.bpf["pystat"][ct.c_int(4)]))
+        except Exception:                # the program is gone
+            return 0
 
     def cpu_s(self) -> float | None:
         """CPU seconds the kernel half has spent reading stacks: taken from the target's threads.
@@ -190,9 +201,20 @@ class KernelStackSampler(StackSampler):
                 del table[k]
             except KeyError:
                 pass
+        self._forget_sites(pid)
         self._pyts.pop(pid, None)
         if self._try_add(pid) is not None:
             self._starting.add(pid)
+
+    def _forget_sites(self, pid: int) -> None:
+        """The call sites the kernel counted in a process's old program (its addresses mean
+        nothing in the new one)."""
+        table = self.probes.bpf["site_ticks"]
+        for k in [k for k in table.keys() if k.tgid == pid]:
+            try:
+                del table[k]
+            except KeyError:
+                pass
 
     def _refresh(self) -> None:
         """Name new processes of the tree and find new threads' states."""

@@ -16,7 +16,7 @@ from . import catalog
 from . import frameworks as fw
 
 DRAIN_BUDGET_S = 0.1   # monitor time one drain of the event buffer may take
-NTICK = 6       # on-CPU ticks per thread: in a probed category's libraries (0-3), other user code, kernel
+NTICK = 6       # on-CPU ticks per thread: Python (its frames read: bpf_program.c site_where), a probed category (1-3), other user code, kernel
 NRANGES = 64    # executable mappings the tick can tell apart
 EV_RANGE_BEGIN, EV_RANGE_END, EV_THREAD_EXIT = 1, 2, 3
 EV_ENTER, EV_EXIT, EV_ON, EV_OFF, EV_NEW, EV_OP = 5, 6, 7, 8, 9, 10

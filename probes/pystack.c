@@ -14,6 +14,8 @@ struct pyinfo {                    // per target process, set by the monitor (py
     u32 o_current_frame;           // _PyCFrame (or PyThreadState) -> current _PyInterpreterFrame *
     u32 o_code;                    // _PyInterpreterFrame -> its code object
     u32 o_previous;                // _PyInterpreterFrame -> the caller's frame
+    u32 o_instr;                   // _PyInterpreterFrame -> the instruction it is at (prev_instr)
+    u32 pad;
 };
 
 struct pysample {
@@ -37,7 +39,8 @@ struct pylast {
 };
 BPF_HASH(pylast, u32, struct pylast, 32768);
 BPF_ARRAY(pycfg, u64, 2);                // [0] sampling period ns (0: off), [1] least gap of a blocked sample
-BPF_PERCPU_ARRAY(pystat, u64, 4);        // samples, ns spent reading, threads with no state, ring full
+BPF_PERCPU_ARRAY(pystat, u64, 5);        // samples, ns spent reading, threads with no state, ring full,
+                                         // ticks placed by their call site (bpf_program.c site_where)
 BPF_RINGBUF_OUTPUT(pystacks, 128);
 BPF_PROG_ARRAY(pys_tick_prog, 1);       // [0] pys_tick: on_tick's tail call (the loader fills it)
 BPF_PROG_ARRAY(pys_switch_prog, 1);     // [0] pys_switch: sched_switch's

@@ -32,6 +32,7 @@ class Layout:
     cframe_current: int           # _PyCFrame.current_frame
     frame_code: int               # _PyInterpreterFrame.f_code
     frame_previous: int
+    frame_instr: int              # _PyInterpreterFrame.prev_instr: the instruction it is at
     code_filename: int
     code_qualname: int
     unicode_state: int            # PyASCIIObject.state
@@ -42,7 +43,7 @@ class Layout:
 
 LAYOUTS = {
     (3, 11): Layout(runtime_interp_head=40, interp_threads_head=16, tstate_next=8, tstate_cframe=56,
-                    tstate_native_id=160, cframe_current=8, frame_code=32, frame_previous=48,
+                    tstate_native_id=160, cframe_current=8, frame_code=32, frame_previous=48, frame_instr=56,
                     code_filename=112, code_qualname=128, unicode_state=32, unicode_length=16,
                     ascii_data=48, compact_data=72),
 }

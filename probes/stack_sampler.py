@@ -169,6 +169,10 @@ class StackSampler:
         """Samples per operation id (innermost)."""
         return dict(self._samples)
 
+    def site_ticks(self) -> int:
+        """CPU-clock ticks the kernel placed by their Python call site (only the kernel sampler reads frames there)."""
+        return 0
+
     def cpu_s(self) -> float | None:
         """CPU seconds austin has used (its cost on the machine); None if it never ran."""
         own = self._cpu_final if self._cpu_final is not None else self._own_cpu()

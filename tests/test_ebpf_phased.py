@@ -26,14 +26,17 @@ def _run(target, monitor, tmp_path, simlib, calibration_file, *extra):
     b0 = time.monotonic_ns()
     time.sleep(2.0)
     b1 = time.monotonic_ns()
-    m, summary = monitor(t.pid, "--sim-lib", f"{simlib}:sim_step", "--duration", "10", *extra,
+    m, summary = monitor(t.pid, "--sim-lib", f"{simlib}:sim_work", "--duration", "10", *extra,
                          env={"RLSCOPE_CALIBRATION": calibration_file})
     assert m.finish(timeout=120) == 0, m.stderr_text
     a0 = time.monotonic_ns()
     time.sleep(2.0)
     t.finish(signal.SIGTERM)
     items = json.loads(truth_path.read_text())
-    return load_summary(summary), unprobed_shares(items, [(b0, b1), (a0, time.monotonic_ns())])
+    spans = [(b0, b1), (a0, time.monotonic_ns())]
+    before, after = unprobed_shares(items, spans[:1]), unprobed_shares(items, spans[1:])
+    drift = {c: abs(before[c] - after[c]) / 2 for c in CATS}
+    return load_summary(summary), unprobed_shares(items, spans), drift
 
 
 def _shares(figs: dict) -> dict:
@@ -45,26 +48,30 @@ def test_default_mode_is_within_its_stated_bound_on_phased_trainer(ebpf, target,
                                                                      calibration_file):
     """Default budget, with the operation rules an RL loop gets (collect, update): torch costs
     ~45% when timed, so it is re-timed in short windows (off mode) and its time between them
-    is estimated from the CPU-clock ticks, per operation, scaled by the windows' ns per tick.
-    At a 5% budget a 10 s session times torch for ~0.4 s in all, so the estimate is not
-    within issue 12's 3 pp (4-6 pp measured, docs/accuracy.md). What must hold: it says it
-    is estimated, it states a bound (at most ±80 pp: the windows' spread and the ticks' noise), and the unprobed
-    truth is within that bound taken to 99.9% (x1.68; as a 95% bound it missed once in CI,
-    18.5 pp against ±11.9) plus 2 pp for the Python/binding boundary every mode has, and
-    the self-reported overhead is under twice the budget (5.0-9.3% measured, docs/accuracy.md:
-    the ~3% simulator probes are not stepped down, see rlscope_top/collect/budget.py).
-    Needs a quiet machine: the reference is timed unprobed, the estimate probed."""
-    s, truth = _run(target, monitor, tmp_path, simlib, calibration_file, "--op", "collect=collect",
-                    "--op", "update=update")
+    is estimated from the CPU-clock ticks, per operation. The kernel sampler reads the
+    thread's current instruction at each tick and places the tick by its call site (a tick
+    in libc or CPython inside torch.mm is torch's), so the estimate is the ticks' share of
+    on-CPU time: no window's ns per tick, no calibrated probe cost (before: Python +4 to
+    +16 pp; now within 2.1 pp in 5 of 6 sessions, docs/accuracy.md). What must hold: the
+    ticks were placed by call site, it says it is estimated, it states a bound (the ticks'
+    noise, ~2 pp), and the unprobed truth is within that bound taken to 99.9% (x1.68), plus
+    2 pp for the Python/binding boundary every mode has, plus half the difference between
+    the truth's own spans before and after the session (this VM's speed flips between
+    states that move the shares by up to 7 pp with no probe attached), and the
+    self-reported overhead is under twice the budget. Needs a quiet machine: the reference
+    is timed unprobed, the estimate probed."""
+    s, truth, drift = _run(target, monitor, tmp_path, simlib, calibration_file, "--op", "collect=collect",
+                           "--op", "update=update")
     assert s["budget"]["modes"].get("backend") in ("count", "off"), s["budget"]
     assert s["sources"]["backend_s"] == "estimated"
     assert s["budget"]["samples"]["backend"] >= 2           # short windows, often enough
+    assert s["sampler"]["tool"] == "kernel" and s["sampler"]["site_ticks"] > 0, s["sampler"]
     bound = stated_bound_pp(s)
-    assert 0 < bound <= 80, s["estimates"]   # 15-55 pp seen once the bound counted the ticks' noise (its
-    #                                          coverage is checked on a known answer: test_estimates_bound.py)
+    assert 0 < bound <= 80, s["estimates"]   # its coverage is checked on a known answer: test_estimates_bound.py
     ours = _shares(s["totals"])
     for c in CATS:
-        assert abs(ours[c] - truth[c]) <= (bound * TO_999 + 2) / 100, (c, ours, truth, s["estimates"], s["budget"])
+        assert abs(ours[c] - truth[c]) <= (bound * TO_999 + 2) / 100 + drift[c], (c, ours, truth, drift,
+                                                                                s["estimates"], s["budget"])
     assert s["overhead"]["estimated_pct"] < 2 * 5.0
 
 
@@ -79,7 +86,7 @@ def test_exact_mode_corrects_toward_the_unprobed_program(ebpf, target, monitor, 
     So it calibrates just before: with the suite's calibration, made ~10 minutes earlier, it
     missed twice in three whole-suite runs there (Python +21.8 pp; once Simulator +24.8 pp,
     Python low: the calibration off the other way), and passed alone."""
-    s, truth = _run(target, monitor, tmp_path, simlib, fresh_calibration, "--max-overhead", "100")
+    s, truth, _ = _run(target, monitor, tmp_path, simlib, fresh_calibration, "--max-overhead", "100")
     assert all(s["sources"][f"{c}_s"] == "exact" for c in CATS), s["sources"]
     ours, raw = _shares(s["totals"]), _shares(s["raw"])
     for c in CATS:

@@ -84,6 +84,35 @@ def test_the_frame_chain_the_kernel_walks_is_this_threads_stack(me):
     assert id(_chain.__code__) in codes[:len(codes) - len(want)]
 
 
+def _instrs(me: pystack.Interpreter) -> list[tuple[int, int]]:
+    """(code object, instruction address) of this thread's frames, innermost first."""
+    L = me.layout
+    frame = me.ptr(me.ptr(_tstate() + L.tstate_cframe) + L.cframe_current)
+    out = []
+    while frame and len(out) < 200:
+        out.append((me.ptr(frame + L.frame_code), me.ptr(frame + L.frame_instr)))
+        frame = me.ptr(frame + L.frame_previous)
+    return out
+
+
+def test_each_frame_is_read_at_the_instruction_it_is_at(me):
+    """The kernel places a tick by its call site: the frame's current instruction. Each frame's
+    instruction address, less its f_lasti, is where its code object's bytecode starts: the
+    same offset from every code object (CPython keeps the bytecode inside it)."""
+    def inner():
+        pairs, f, want = _instrs(me), sys._getframe().f_back, []
+        while f is not None:              # the callers: each still at its call, as when read
+            want.append((id(f.f_code), f.f_lasti))
+            f = f.f_back
+        return pairs, want
+
+    pairs, want = inner()
+    got = pairs[-len(want):]
+    assert [c for c, _ in got] == [c for c, _ in want]
+    starts = {instr - lasti - code for (code, instr), (_, lasti) in zip(got, want)}
+    assert len(starts) == 1 and 0 < starts.pop() < 512, (got, want)
+
+
 class Env:
     def step(self):
         return sys._getframe().f_code

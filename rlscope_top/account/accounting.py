@@ -96,6 +96,7 @@ class Accounting:
                 est = self.estimates.get(cat)
                 if est is None:
                     est = self.estimates[cat] = CategoryEstimate(CATEGORIES.index(cat), self.meta.get("t0", 0))
+                est.by_sites = self.by_sites()
                 # at the counters' own time: the collector writes counters just before a mode change
                 est.change(r["mode"], self.last_ts or r["ts"], self.threads, self.ops)
                 self._est_cache = None
@@ -103,6 +104,10 @@ class Accounting:
                 self.end_reason = r["reason"]
                 if self.engine is not None:
                     self.engine.advance(final_ts=self.last_ts)
+
+    def by_sites(self) -> bool:
+        """Whether the kernel places the Python threads' ticks by call site (its stack sampler)."""
+        return bool((self.sampler or {}).get("site_ticks"))
 
     def _budget_step(self, r: dict) -> None:
         """Keep the budget's own steps; its sample windows' toggles carry no overhead."""
@@ -175,6 +180,7 @@ class Accounting:
         threads: dict[int, dict[str, Extra]] = {}
         info = {}
         for cat, est in self.estimates.items():
+            est.by_sites = self.by_sites()
             ex, ext, bound = est.now(self.threads, self.ops, self.last_ts)
             total = sum(sum(e.ns) for e in ex.values())
             t_total = sum(sum(e.ns) for e in ext.values())

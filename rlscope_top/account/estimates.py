@@ -11,9 +11,12 @@ Here that time is given back:
   loop's collect and update) are estimated with their own figures;
 - in ``count`` mode from the exact calls and the time per call the windows measured;
 - in ``off`` mode from the part's time and the category's share of it in the windows,
-  with the on-CPU total set by the 250 Hz CPU-clock ticks that found the Python threads in
-  the category's libraries, scaled by the ratio of timed ns to ticks in the windows (the
-  ticks see every phase of a loop; a few short windows may all land in one);
+  with the on-CPU total set by the 250 Hz CPU-clock ticks: where the kernel sampler reads
+  the Python threads' frames it places each tick by its call site (a tick anywhere inside
+  a torch call is torch's), and the category's share of a part's ticks is its share of the
+  part's on-CPU time; elsewhere the ticks that found the threads in the category's own
+  libraries, scaled by the ratio of timed ns to ticks in the windows (the ticks see every
+  phase of a loop; a few short windows may all land in one);
 - from windows pooled over the session, the older ones weighing less (half-life
   ``HALF_LIFE_S``), each segment with the windows before it (a closed segment keeps
   the estimate it got when it closed);
@@ -37,7 +40,7 @@ MIN_PART_WINDOW_NS = 50_000_000   # a part with less window time than this uses 
 MIN_WINDOW_TICKS = 20    # window ticks in the category before they scale the ``off`` estimates
 T95 = ((1, 12.71), (2, 4.30), (3, 3.18), (4, 2.78), (5, 2.57), (6, 2.45), (7, 2.36), (8, 2.31), (9, 2.26),
        (10, 2.23), (15, 2.13), (20, 2.09), (30, 2.04))   # two-sided Student's t, by degrees of freedom
-NTICK = 6                # tick places: unused, backend, simulator, cuda_api, other, kernel
+NTICK = 6                # tick places: python (frames read), backend, simulator, cuda_api, other, kernel
 
 
 def _zero() -> dict:
@@ -254,6 +257,7 @@ class CategoryEstimate:
         self.win_inv_ticks = 0.0                   # sum of 1 / (a window's ticks): their Poisson part
         self.bound = BoundParts()                  # closed segments' bound
         self.estimated_ns = 0                      # time of the segments estimated so far (closed)
+        self.by_sites = False                      # the kernel places Python threads' ticks by call site
 
     def change(self, new_mode: str, ts: int, threads: dict, ops: dict) -> None:
         """The collector switched the category to ``new_mode`` at ``ts`` (counters as of then)."""
@@ -320,31 +324,59 @@ class CategoryEstimate:
         return ex, ext, b
 
     def _scale_by_ticks(self, ex: dict, ext: dict, dp: dict, dt: dict, b: BoundParts) -> bool:
-        """Set the segment's on-CPU estimate to what the ticks say, per thread and in total
-        (the parts keep their proportions, each within its own Python on-CPU time), and
-        its bound's parts in ``b``. Returns whether the ticks were used."""
-        if self.win_ticks < MIN_WINDOW_TICKS or self.win_on_ns <= 0:
+        """Set the segment's on-CPU estimate to what the ticks say, per thread and per part
+        (each within its own Python on-CPU time), and its bound's parts in ``b``. Returns
+        whether the ticks were used."""
+        windows = self.win_ticks >= MIN_WINDOW_TICKS and self.win_on_ns > 0
+        if not windows and not self.by_sites:
             return False
-        ns_per_tick = self.win_on_ns / self.win_ticks
-        total, seg_ticks = 0.0, 0
+        ns_per_tick = self.win_on_ns / self.win_ticks if windows else None
+        scaled, seg_ticks, site_var, total = 0.0, 0, 0.0, 0.0
         for tid, d in dt.items():
-            ticks = d["ticks"][self.ci]
-            seg_ticks += ticks
             e = ext.get(tid)
-            if e is not None:
-                e.ns[0] = min(ticks * ns_per_tick, d["ns"][0][0])
-                total += e.ns[0]
+            ns, var = self._tick_ns(d, ns_per_tick)
+            if e is None or ns is None:
+                continue
+            e.ns[0] = ns
+            total += ns
+            if var is None:
+                scaled += ns
+                seg_ticks += d["ticks"][self.ci]
+            else:
+                site_var += var
         if all(d["ticks_ok"] for d in dp.values()):      # each part by its own ticks
             for name, e in ex.items():
-                e.ns[0] = min(dp[name]["ticks"][self.ci] * ns_per_tick, dp[name]["ns"][0][0])
+                ns, _ = self._tick_ns(dp[name], ns_per_tick)
+                if ns is not None:
+                    e.ns[0] = ns
         else:
             have = sum(e.ns[0] for e in ex.values())          # older records: in proportion
             f = total / have if have > 0 else 0.0
             for name, e in ex.items():
                 e.ns[0] = min(e.ns[0] * f, dp[name]["ns"][0][0])
-        b.var = (2 * total) ** 2 * self._segment_rel_var(seg_ticks) if seg_ticks > 0 else (2 * ns_per_tick) ** 2
-        b.tick_ns = total
+        b.var = 4 * site_var
+        if seg_ticks > 0:
+            b.var += (2 * scaled) ** 2 * self._segment_rel_var(seg_ticks)
+        b.tick_ns = scaled
         return True
+
+    def _tick_ns(self, d: dict, ns_per_tick: float | None) -> tuple[float | None, float | None]:
+        """A part's on-CPU ns in the category by its ticks, and the variance of that when its
+        ticks were placed by call site (None: scaled by the windows' ns per tick instead).
+
+        A thread that runs Python (ticks in the interpreter) has its ticks placed by call site
+        in the kernel: a tick inside a torch call counts as torch whichever library it is in.
+        Its ticks are then a sample of its on-CPU time, and their share is the category's,
+        with no window and no calibrated probe cost in it. Other threads' ticks see only the
+        category's own libraries, which the windows' ns per tick scales."""
+        ticks, cap = d["ticks"][self.ci], d["ns"][0][0]
+        if self.by_sites and d["ticks"][0] > 0:
+            every, on = sum(d["ticks"]), sum(x[0] for x in d["ns"])
+            p = ticks / every
+            return min(p * on, cap), on * on * p * (1 - p) / every
+        if ns_per_tick is None:
+            return None, None
+        return min(ticks * ns_per_tick, cap), None
 
     def _segment_rel_var(self, seg_ticks: int) -> float:
         """A segment's own relative variance: its tick count (Poisson), and how far a stretch's
@@ -385,7 +417,8 @@ class CategoryEstimate:
             for k, e in open_ext.items():
                 ext[k] = ext.get(k, Extra()).plus(e)
             b = b.plus(ob)
-        known = any(s.se() is not None for s in self.spread.values()) or self.tick_spread.se() is not None
+        known = (any(s.se() is not None for s in self.spread.values()) or self.tick_spread.se() is not None
+                 or (self.by_sites and b.var > 0))
         return ex, ext, self._bound_ns(b) if known else None
 
     def estimated_s(self, ts: int) -> float:

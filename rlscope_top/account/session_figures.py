@@ -108,12 +108,13 @@ TICK_PLACES = ("python", "backend", "simulator", "cuda_api", "other", "kernel")
 
 
 def _where(th: dict) -> dict | None:
-    """Shares of a thread's on-CPU ticks by where it ran (sampled at 250 Hz)."""
+    """Shares of a thread's on-CPU ticks by where it ran (sampled at 250 Hz); ``python`` only where
+    the kernel sampler read its frames (a tick elsewhere in user space at a Python call site)."""
     ticks = th.get("ticks")
     n = sum(ticks or ())
     if not n:
         return NA
-    return {p: round(v / n, 4) for p, v in zip(TICK_PLACES, ticks) if v and p != "python"}
+    return {p: round(v / n, 4) for p, v in zip(TICK_PLACES, ticks) if v}
 
 
 def _thread_row(acct: Accounting, th: dict, wall_s: float) -> dict:
@@ -156,7 +157,7 @@ def _job(acct: Accounting, all_threads: list[dict], main: dict) -> dict:
             cpu["python"] += on[0]
             continue
         w = _where(th) or {}
-        for c in ("backend", "simulator", "cuda_api", "kernel"):
+        for c in ("python", "backend", "simulator", "cuda_api", "kernel"):   # python: frames read there
             cpu[c] += on[0] * w.get(c, 0.0)
         cpu["native"] += on[0] * (w.get("other", 0.0) if w else 1.0)
     n_py = sum(1 for th in all_threads if th["py"])
@@ -348,7 +349,7 @@ def _sampler(acct: Accounting, wall_s: float) -> dict | None:
     cpu = smp.get("cpu_s")
     return {"tool": smp.get("tool", "austin"), "hz": smp["hz"], "samples": smp["samples"], "invalid": smp["invalid"],
             "cpu_s": cpu, "cpu_pct_of_one_core": round(100 * cpu / wall_s, 3) if cpu is not None and wall_s else NA,
-            "error": smp.get("error")}
+            "error": smp.get("error"), "site_ticks": smp.get("site_ticks", 0)}
 
 
 def _timeline(acct: Accounting) -> dict | None:

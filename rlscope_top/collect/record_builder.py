@@ -72,7 +72,7 @@ class RecordBuilder:
         if self.sampler is not None:
             smp = self.sampler
             rec["sampler"] = {"tool": smp.tool, "hz": smp.hz, "samples": smp.total, "invalid": smp.invalid, "cpu_s": smp.cpu_s(),
-                              "error": smp.error}
+                              "error": smp.error, "site_ticks": smp.site_ticks()}
         return rec
 
     def _op_records(self, ops: dict[int, OpCounters]) -> list[dict]:

@@ -18,6 +18,17 @@ double sim_step(double seconds) {
     return x;
 }
 
+/* Fixed work, not fixed time: `rounds` rounds of sim_step's inner loop. A machine that slows
+ * down (this VM's speed flips between two states) slows it as much as the Python and torch
+ * work beside it, so a known answer's shares hold where sim_step's would move. */
+double sim_work(long rounds) {
+    volatile double x = 0;
+    for (long k = 0; k < rounds; k++)
+        for (int i = 0; i < 200; i++)
+            x += i * 0.5;
+    return x;
+}
+
 int sim_reset(void) { return 0; }
 
 /* Dies inside a probed call: the monitor must still end cleanly and count it. */

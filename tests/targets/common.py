@@ -26,6 +26,8 @@ def load_simlib(path: str) -> ctypes.CDLL:
     """The toy simulator (tests/native/simlib.c): ``sim_step(us)`` spins for ``us`` microseconds."""
     lib = ctypes.CDLL(path)
     lib.sim_step.argtypes, lib.sim_step.restype = [ctypes.c_double], ctypes.c_double
+    if hasattr(lib, "sim_work"):
+        lib.sim_work.argtypes, lib.sim_work.restype = [ctypes.c_long], ctypes.c_double
     return lib
 
 

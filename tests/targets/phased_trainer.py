@@ -3,7 +3,9 @@
 Phases alternate, like an RL loop: a fixed number of env steps, then a fixed number of
 updates, each sized at start to last about --phase-s (0.15 s by default) unprobed:
 - collect(): per env step, some pure Python, one ~20 us native simulator call
-  (tests/native/simlib.c through ctypes) and a few tiny torch ops (policy inference);
+  (tests/native/simlib.c `sim_work` through ctypes: fixed work, sized at start, as the Python
+  and torch work are, so the shares hold when the machine's speed changes) and a few tiny
+  torch ops (policy inference);
 - update(): tiny torch ops only (a small network's forward/backward-like op mix).
 Every Python, simulator and torch interval is logged with CLOCK_MONOTONIC bounds, so the
 ground truth can be cut to any window (tests/truth.py). The log is dumped when the stop
@@ -54,18 +56,38 @@ def python_work(n: int) -> int:
     return x
 
 
-def torch_op(k: int):
+MM, ADD = torch.mm, torch.add
+
+
+def torch_op(k: int, a=a, w=w):
+    op = MM if k % 3 else ADD          # chosen outside the timer: it times the call, little bytecode
     t0 = mono()
-    r = torch.mm(a, w) if k % 3 else torch.add(a, w)
+    r = op(a, w)
     t1 = mono()
     log.append(("backend", tid, t0, t1))
     return r
 
 
+def sim_rounds(us: float) -> int:
+    """sim_work rounds that take ``us`` microseconds now (the best of 5 tries)."""
+    best = min(_timed(lambda: lib.sim_work(10_000)) for _ in range(5))
+    return max(1, round(10_000 * us * 1e3 / best))
+
+
+def _timed(fn) -> int:
+    t0 = time.perf_counter_ns()
+    fn()
+    return time.perf_counter_ns() - t0
+
+
+SIM_ROUNDS = sim_rounds(args.sim_us)
+
+
 def collect_step() -> None:
     t0 = mono(); python_work(args.py_iters); t1 = mono()
     log.append(("python", tid, t0, t1))
-    t0 = mono(); lib.sim_step(args.sim_us / 1e6); t1 = mono()
+    sim, rounds = lib.sim_work, SIM_ROUNDS
+    t0 = mono(); sim(rounds); t1 = mono()
     log.append(("simulator", tid, t0, t1))
     for k in range(args.infer_ops):
         torch_op(k)
