@@ -147,10 +147,14 @@ def test_speedscope_export_validates_and_weighs_the_python_phase(recorded):
     assert abs(ours - truth) <= 0.08, (ours, truth)
 
 
+@pytest.mark.quiet
 def test_perfetto_export_draws_each_operation_as_the_target_timed_it(ebpf, target, monitor, tmp_path, simlib):
     """Annotated operations become slices on each thread's `operations` track, one per stretch
     the thread spent in it (flattened: the nested simulation splits its rollout in two), their
-    durations those of the target's own clock."""
+    durations those of the target's own clock. The target's clock also holds the `with` block's
+    own entry and exit around the annotation's timestamps: slices read 1-2% short alone (~1-5 us
+    of each ~0.2 ms inference slice, at 69952db as now), 4.3% once in a whole-suite CI run, so
+    it is `quiet` (its truth is timed on this machine: one rerun)."""
     from collections import Counter, defaultdict
 
     from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TrackEvent
