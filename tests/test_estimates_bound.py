@@ -29,22 +29,28 @@ def _thread() -> dict:
             "trans": [[0] * NCAT for _ in range(NCAT)], "ticks": [0] * NTICK}
 
 
-def _session(rng: np.random.Generator, stretches: int = 24) -> tuple[float, float, float]:
-    """One session; returns (true backend ns in off segments, estimated, stated bound)."""
+def _session(rng: np.random.Generator, stretches: int = 24, by_sites: bool = False) -> tuple[float, float, float]:
+    """One session; returns (true backend ns in off segments, estimated, stated bound).
+
+    ``by_sites``: the kernel placed the ticks by call site (every tick inside a torch call is
+    Backend, the others Python), and the windows' timed ns carry a probe cost calibrated 30% off."""
     th, ts = _thread(), 0
     est = CategoryEstimate(BACKEND, ts)
+    est.by_sites = by_sites
     truth = 0.0
     for i in range(stretches):
         timed = i % 4 == 0                        # a window, then three stretches off
         be = int(STRETCH_NS * rng.uniform(0.08, 0.25))
-        seen = rng.uniform(0.55, 0.9)             # share of backend time with the IP in its library
+        seen = 1.0 if by_sites else rng.uniform(0.55, 0.9)   # share of backend time its ticks find
         th["ns"][0][0] += STRETCH_NS - (be if timed else 0)
         if timed:
-            th["ns"][BACKEND][0] += be
+            th["ns"][BACKEND][0] += int(be * 1.3) if by_sites else be
         else:
             truth += be
         th["calls"][BACKEND] += 1009
         th["ticks"][BACKEND] += int(rng.poisson(be * seen / TICK_NS))
+        if by_sites:
+            th["ticks"][0] += int(rng.poisson((STRETCH_NS - be) / TICK_NS))
         ts += STRETCH_NS
         est.change("off" if timed else "timed" if i % 4 == 3 else "off", ts, {1: copy.deepcopy(th)}, {})
     ex, _, bound = est.now({1: th}, {}, ts)
@@ -63,31 +69,6 @@ def test_the_stated_bound_covers_the_off_mode_error_about_95_percent_of_the_time
     assert rel_bound < 6 * rel_err, (rel_bound, rel_err)    # honest, not a blanket
 
 
-def _site_session(rng: np.random.Generator, stretches: int = 24) -> tuple[float, float, float]:
-    """One session whose ticks the kernel placed by call site: every tick inside a torch call
-    counts as Backend, the others as Python. Returns (truth, estimated, stated bound), ns."""
-    th, ts = _thread(), 0
-    est = CategoryEstimate(BACKEND, ts)
-    est.by_sites = True
-    truth = 0.0
-    for i in range(stretches):
-        timed = i % 4 == 0
-        be = int(STRETCH_NS * rng.uniform(0.08, 0.25))
-        th["ns"][0][0] += STRETCH_NS - (be if timed else 0)
-        if timed:      # a calibrated probe cost 30% off leaves this much in the windows' timed ns
-            th["ns"][BACKEND][0] += int(be * 1.3)
-        else:
-            truth += be
-        th["calls"][BACKEND] += 1009
-        th["ticks"][BACKEND] += int(rng.poisson(be / TICK_NS))
-        th["ticks"][0] += int(rng.poisson((STRETCH_NS - be) / TICK_NS))
-        ts += STRETCH_NS
-        est.change("off" if timed else "timed" if i % 4 == 3 else "off", ts, {1: copy.deepcopy(th)}, {})
-    ex, _, bound = est.now({1: th}, {}, ts)
-    e = ex[NONE_PART]
-    return truth, e.ns[0] + e.ns[1], bound
-
-
 def test_ticks_placed_by_call_site_are_the_share_of_on_cpu_time():
     """With ticks placed by call site the estimate is the category's share of each stretch's
     ticks times its on-CPU time: no window's ns per tick, no calibrated probe cost. Over 401
@@ -95,7 +76,7 @@ def test_ticks_placed_by_call_site_are_the_share_of_on_cpu_time():
     median error is under 5% of the truth; the windows' ns per tick would carry their probe
     cost error (30% here) into every stretch."""
     rng = np.random.default_rng(1009)
-    runs = [_site_session(rng) for _ in range(401)]
+    runs = [_session(rng, by_sites=True) for _ in range(401)]
     assert all(b is not None and b > 0 for _, _, b in runs)
     covered = sum(abs(e - t) <= b for t, e, b in runs) / len(runs)
     rel_err = float(np.median([abs(e - t) / t for t, e, _ in runs]))
