@@ -357,6 +357,8 @@ class CategoryEstimate:
         b.var = 4 * site_var
         if seg_ticks > 0:
             b.var += (2 * scaled) ** 2 * self._segment_rel_var(seg_ticks)
+        elif ns_per_tick is not None and not site_var:
+            b.var += (2 * ns_per_tick) ** 2                   # no tick yet: one tick's worth
         b.tick_ns = scaled
         return True
 
