@@ -612,10 +612,8 @@ static __always_inline u32 site_where(struct tstate *s, u32 tid, u32 where) {
     u64 *tsp = pyts.lookup(&tid);
     if (!pi || !tsp || pi->o_instr == PYS_NONE)
         return where;
-    u64 p = *tsp, frame = 0;
-    if (pi->o_cframe != PYS_NONE && bpf_probe_read_user(&p, sizeof(p), (void *)(p + pi->o_cframe)) != 0)
-        return where;
-    if (bpf_probe_read_user(&frame, sizeof(frame), (void *)(p + pi->o_current_frame)) != 0 || !frame)
+    u64 frame = pys_current_frame(pi, *tsp);
+    if (!frame)
         return where;
     struct pycode k = {};
     k.tgid = s->tgid;

@@ -192,24 +192,16 @@ class KernelStackSampler(StackSampler):
         if old is not None:
             old.close()
         self._known = {k: v for k, v in self._known.items() if k[0] != pid}
-        table = self.probes.bpf["code_op"]
-        for key in [k for k in self._taught if k[0] == pid]:
-            self._taught.discard(key)
-            k = table.Key()
-            k.tgid, k.code = key
-            try:
-                del table[k]
-            except KeyError:
-                pass
-        self._forget_sites(pid)
+        self._taught = {k for k in self._taught if k[0] != pid}
+        for name in ("code_op", "site_ticks"):     # code addresses mean nothing in the new program
+            self._forget_process(name, pid)
         self._pyts.pop(pid, None)
         if self._try_add(pid) is not None:
             self._starting.add(pid)
 
-    def _forget_sites(self, pid: int) -> None:
-        """The call sites the kernel counted in a process's old program (its addresses mean
-        nothing in the new one)."""
-        table = self.probes.bpf["site_ticks"]
+    def _forget_process(self, name: str, pid: int) -> None:
+        """Drop a process's entries from a kernel table keyed by (code address, tgid)."""
+        table = self.probes.bpf[name]
         for k in [k for k in table.keys() if k.tgid == pid]:
             try:
                 del table[k]

@@ -63,16 +63,22 @@ static __always_inline void pys_count(int k, u64 n) {
         *c += n;
 }
 
+// A thread's innermost _PyInterpreterFrame from its PyThreadState (0: none, or unreadable).
+static __always_inline u64 pys_current_frame(struct pyinfo *pi, u64 ts_addr) {
+    u64 p = ts_addr, frame = 0;
+    if (pi->o_cframe != PYS_NONE && bpf_probe_read_user(&p, sizeof(p), (void *)(p + pi->o_cframe)) != 0)
+        return 0;
+    if (bpf_probe_read_user(&frame, sizeof(frame), (void *)(p + pi->o_current_frame)) != 0)
+        return 0;
+    return frame;
+}
+
 // Fills a sample's frames from a PyThreadState. One path through each step (no branch
 // that keeps a different count), so the verifier's walk of the bounded loop stays linear.
 static __always_inline void pys_walk(struct pysample *e, struct pyinfo *pi, u64 ts_addr) {
-    u64 p = ts_addr, frame = 0;
+    u64 frame = pys_current_frame(pi, ts_addr);
     u32 o_code = pi->o_code, o_previous = pi->o_previous, d = 0;
     u8 truncated = 0;
-    if (pi->o_cframe != PYS_NONE && bpf_probe_read_user(&p, sizeof(p), (void *)(p + pi->o_cframe)) != 0)
-        p = 0;
-    if (p && bpf_probe_read_user(&frame, sizeof(frame), (void *)(p + pi->o_current_frame)) != 0)
-        frame = 0;
     #pragma clang loop unroll(disable)
     for (int i = 0; i < PYS_DEPTH; i++) {
         if (!frame)

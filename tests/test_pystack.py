@@ -58,16 +58,21 @@ def _until(cond, timeout: float = 5.0) -> bool:
     return True
 
 
-def _chain(me: pystack.Interpreter) -> list[int]:
-    """The code objects of this thread's frames, innermost first, walked as pystack.c does."""
+def _frames(me: pystack.Interpreter) -> list[tuple[int, int]]:
+    """(code object, instruction address) of this thread's frames, innermost first, walked as
+    pystack.c does."""
     L = me.layout
-    cframe = me.ptr(_tstate() + L.tstate_cframe)
-    frame = me.ptr(cframe + L.cframe_current)
+    frame = me.ptr(me.ptr(_tstate() + L.tstate_cframe) + L.cframe_current)
     out = []
     while frame and len(out) < 200:
-        out.append(me.ptr(frame + L.frame_code))
+        out.append((me.ptr(frame + L.frame_code), me.ptr(frame + L.frame_instr)))
         frame = me.ptr(frame + L.frame_previous)
     return out
+
+
+def _chain(me: pystack.Interpreter) -> list[int]:
+    """The code objects of this thread's frames, innermost first."""
+    return [code for code, _ in _frames(me)]
 
 
 def test_the_frame_chain_the_kernel_walks_is_this_threads_stack(me):
@@ -84,23 +89,12 @@ def test_the_frame_chain_the_kernel_walks_is_this_threads_stack(me):
     assert id(_chain.__code__) in codes[:len(codes) - len(want)]
 
 
-def _instrs(me: pystack.Interpreter) -> list[tuple[int, int]]:
-    """(code object, instruction address) of this thread's frames, innermost first."""
-    L = me.layout
-    frame = me.ptr(me.ptr(_tstate() + L.tstate_cframe) + L.cframe_current)
-    out = []
-    while frame and len(out) < 200:
-        out.append((me.ptr(frame + L.frame_code), me.ptr(frame + L.frame_instr)))
-        frame = me.ptr(frame + L.frame_previous)
-    return out
-
-
 def test_each_frame_is_read_at_the_instruction_it_is_at(me):
     """The kernel places a tick by its call site: the frame's current instruction. Each frame's
     instruction address, less its f_lasti, is where its code object's bytecode starts: the
     same offset from every code object (CPython keeps the bytecode inside it)."""
     def inner():
-        pairs, f, want = _instrs(me), sys._getframe().f_back, []
+        pairs, f, want = _frames(me), sys._getframe().f_back, []
         while f is not None:              # the callers: each still at its call, as when read
             want.append((id(f.f_code), f.f_lasti))
             f = f.f_back
