@@ -25,6 +25,9 @@ import tempfile
 import threading
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from monitor_env import monitor_env, warm_bytecode  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 PY = sys.executable
@@ -82,7 +85,7 @@ def attached_span(t: Target, setting: tuple[list[str], dict], span: float, tmp: 
     t_start = time.monotonic_ns()
     m = subprocess.Popen([PY, "-m", "rlscope_top.cli", "attach", str(t.p.pid), "--summary", summary, *args],
                          stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, cwd=tmp,
-                         env={**os.environ, **env})
+                         env=monitor_env(env))
     t_att = _wait_line(m, "attached to PID")
     threading.Thread(target=lambda: [None for _ in m.stderr], daemon=True).start()
     time.sleep(1.0 + span)
@@ -163,6 +166,7 @@ def main() -> int:
     ap.add_argument("--write", action="store_true", help="put the table in docs/overhead.md")
     ap.add_argument("--only", choices=["idle", "busy"], help="one machine state only")
     a = ap.parse_args()
+    warm_bytecode(REPO)
     lines = ["| target | setting | speed (median) | steady slowdown (each rep) | first second after attach "
              "| while attaching | attach | detach |", "|---|---|---|---|---|---|---|---|"]
     for busy in [b for b in (False, True) if a.only is None or a.only == ("busy" if b else "idle")]:
@@ -179,7 +183,7 @@ def main() -> int:
             "update every 8 steps, a 200-iteration Python env step), one process for the whole run; spans of "
             f"{a.span:g} s alternate unattached and attached (ABAB), the attached one from 1 s after \"attached\". "
             "Slowdown = unattached speed / attached speed. Attach = monitor start to its \"attached\" line, with the "
-            "program it loaded (kept from an earlier session, or compiled at nice 19) and how long that took; detach from the summary. The busy rows add one pure-Python busy loop "
+            "program it loaded (kept from an earlier session, or compiled at nice 19) and how long that took; detach from the summary. The monitor runs with its bytecode cached, as an installed tool does (bench/monitor_env.py). The busy rows add one pure-Python busy loop "
             "beside the target on the 2-core VM.", "", *lines])
     return 0
 

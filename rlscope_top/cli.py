@@ -13,8 +13,9 @@ from .collect import op_rules
 from .errors import EXIT_INTERNAL, RlscopeError, UsageError
 from .probes import catalog
 
-# Importing the session pulls in numpy, whose BLAS pool starts threads: `run` imports it
-# with SIGINT/SIGTERM blocked, so that only its forwarder ever takes them (launch.py).
+# numpy (the GPU side's) starts a BLAS thread pool on import: `run`, which expects GPU activity,
+# imports it with SIGINT/SIGTERM blocked, so that only its forwarder ever takes them (launch.py).
+# An attach imports it only when GPU activity arrives.
 FORWARDED = {signal.SIGINT, signal.SIGTERM}
 
 EPILOG = """examples:
@@ -348,6 +349,7 @@ def _import_with_signals_blocked() -> None:
     """Threads started while importing (numpy's BLAS pool) never take SIGINT/SIGTERM."""
     old = signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
     try:
+        import numpy  # noqa: F401, PLC0415
         from .collect import session  # noqa: F401, PLC0415
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)

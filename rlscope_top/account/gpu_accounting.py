@@ -1,4 +1,5 @@
-"""GPU accounting: what the GPU activity adds up to (pure Python + numpy, no bcc).
+"""GPU accounting: what the GPU activity adds up to (pure Python + numpy, no bcc; numpy only once
+there is GPU activity).
 
 Collector side, :class:`GpuTotals` takes joined activity arrays (rlscope_top/collect/gpu_join.py),
 NVML samples, synchronize times and the counters records the collector writes, and
@@ -21,8 +22,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 
-import numpy as np
-
 from ..ring import gpu_records as G
 from ..vocab import OVERLAP_KEYS
 
@@ -41,6 +40,17 @@ MAX_KERNEL_NAMES = 4096
 OTHER_KERNELS = "(other kernels)"
 LIVE_WINDOW_NS = 10_000_000_000     # the screen's "now" figures cover this much ...
 LIVE_LAG_NS = 2_000_000_000         # ... ending this long ago (GPU records arrive late)
+np = None   # numpy, imported with the first GPU activity: an attach with none skips its ~0.15 s import
+
+
+def _numpy() -> None:
+    global np  # noqa: PLW0603 - one module-wide name, bound once
+    if np is None:
+        import numpy  # noqa: PLC0415
+
+        np = numpy
+
+
 FIGURES = ("kernels", "kernel_ns", "memcpys", "memcpy_ns", "memcpy_bytes", "memsets", "memset_ns", "joined",
            "kernels_joined", "latency_ns")
 
@@ -76,10 +86,12 @@ class BusyUnion:
 
     def add(self, a: int, b: int) -> None:
         """Add one interval."""
+        _numpy()
         self.add_many(np.array([a], np.int64), np.array([b], np.int64))
 
     def add_many(self, a: np.ndarray, b: np.ndarray) -> None:
         """Add intervals (int64 arrays of starts and ends)."""
+        _numpy()
         keep = b > a
         a, b = a[keep], b[keep]
         if not len(a):
@@ -114,6 +126,10 @@ class BusyUnion:
         """Bin the union of everything before ``upto``."""
         if upto <= self.done_until:
             return
+        if not self.pa:              # nothing pending (and no numpy needed)
+            self.done_until, self._merged = upto, None
+            self._fold(upto)
+            return
         a, b = self._pending()
         take = a < upto
         ua, ub = _union_arrays(a[take], np.minimum(b[take], upto))
@@ -124,6 +140,9 @@ class BusyUnion:
         self.pa, self.pb = ([ka], [kb]) if len(ka) else ([], [])
         self.n_pending = len(ka)
         self.done_until, self._merged = upto, None
+        self._fold(upto)
+
+    def _fold(self, upto: int) -> None:
         old = (upto - self.keep_ns) // self.bin_ns
         if self.bins and min(self.bins) < old:
             self.bins = {i: v for i, v in self.bins.items() if i >= old}
@@ -150,7 +169,7 @@ class BusyUnion:
             if v:
                 lo, hi = max(t0, i * w), min(t1, (i + 1) * w)
                 total += v * (hi - lo) / w
-        ma, mb = self._pending_union()
+        ma, mb = self._pending_union() if self.pa else ((), ())
         if len(ma):
             total += int(np.clip(np.minimum(mb, t1) - np.maximum(ma, t0), 0, None).sum())
         return int(total)
@@ -162,6 +181,8 @@ class BusyUnion:
 
     def total(self) -> int:
         """All busy ns so far."""
+        if not self.pa:
+            return self.binned
         ma, mb = self._pending_union()
         return self.binned + int((mb - ma).sum())
 
@@ -277,6 +298,7 @@ class GpuTotals:
         """
         if not len(acts):
             return
+        _numpy()
         ok = (acts["end"] >= acts["start"]) & (acts["device"] < MAX_DEVICES)
         if now is not None:
             ok &= acts["end"] <= now + FUTURE_SLACK_NS

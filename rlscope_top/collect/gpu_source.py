@@ -17,11 +17,9 @@ import os
 import threading
 import time
 
-from . import gpu_decode as D
 from ..ring import gpu_records as G
-from ..errors import GpuActivityUnavailable
+from ..errors import GpuActivityUnavailable, LayoutError
 from ..account.gpu_accounting import GpuTotals
-from .gpu_join import Joiner
 from .gpu_windows import GpuWindows, Snap, _figs
 from ..probes import catalog, gpu_inject, gpu_region
 from ..probes.nvml import NvmlSampler
@@ -71,7 +69,7 @@ class GpuSource:
         """After the probes are attached: NVML, then the agent (found, or injected)."""
         self.col, self.pid, self.ring = col, col.pid, col.ring
         self.totals = GpuTotals(t0=col.t0_ns)
-        self.joiner = Joiner(op_of=col.current_op_name)
+        self.joiner = None          # with the agent's first activity layouts (numpy is imported then)
         self.nvml = NvmlSampler(self.pid, self._nvml_mod)
         if self.opts.nvml:
             why = self.nvml.start()
@@ -279,13 +277,17 @@ class GpuSource:
             return
         code, msg = region.status()
         if region.tracing:
+            from . import gpu_decode as D  # noqa: PLC0415 - numpy: only once there is an agent
+            from .gpu_join import Joiner  # noqa: PLC0415
+
             try:
                 self.dtypes = D.layouts(region.kind_sizes())
-            except D.LayoutError as e:
+            except LayoutError as e:
                 region.command(gpu_region.CMD_STOP, STOP_WAIT_S)
                 self._status("cupti", False, "unsupported", str(e), level="warn",
                              note=f"GPU activity unavailable: {e}")
                 return
+            self.joiner = self.joiner or Joiner(op_of=self.col.current_op_name)
             self.joiner.offset = region.u64("clock_offset_ns") if region.u32("clock") else 0
             self._status("cupti", True, "ok", "CUPTI activity on", pid=self.pid,
                          cupti_version=region.u32("cupti_version"))
@@ -305,10 +307,14 @@ class GpuSource:
                 self._lost(str(e))
                 return
             if frames and self.dtypes:
+                from . import gpu_decode as D  # noqa: PLC0415 - imported by _connect already
+
                 batch = D.decode(frames, self.dtypes)
                 self.undecoded = getattr(self, "undecoded", 0) + batch.unknown
                 self.joiner.feed(batch, now)
             self.totals.agent = self._agent_figures(r)
+        if self.joiner is None:
+            return
         acts = self.joiner.ready(now, final=final)
         if len(acts):
             names = r.name_text if r is not None else {}
@@ -319,7 +325,7 @@ class GpuSource:
     def _agent_figures(self, r: gpu_region.GpuRegion) -> dict:
         st = r.stats()
         acts = self.totals.all.kernels + self.totals.all.memcpys + self.totals.all.memsets
-        st.update(undecoded=getattr(self, "undecoded", 0) + self.totals.impossible, unjoined=self.joiner.unjoined,
+        st.update(undecoded=getattr(self, "undecoded", 0) + self.totals.impossible, unjoined=getattr(self.joiner, "unjoined", 0),
                   cost_ns=st["callback_ns"] + CUPTI_NS_PER_ACTIVITY * acts)
         return st
 
