@@ -20,7 +20,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(REPO, "tests"))
-from truth import unprobed_shares  # noqa: E402
+from truth import truth_shares, unprobed_shares  # noqa: E402
 
 PY = sys.executable
 CATS = ("python", "simulator", "backend")
@@ -81,6 +81,9 @@ def main() -> None:
             print(f"   truth before / after: " + "  ".join(
                 f"{c} {100 * before[c]:.1f} / {100 * after[c]:.1f}%" for c in CATS))
             tot = sum(s["totals"][f"{c}_s"] for c in CATS)
+            during = truth_shares(items, s["window"])      # the target's clock while attached (probed)
+            print(f"   against the target's clock during the session: " + "  ".join(
+                f"{c} {100 * during[c]:.1f}% ({100 * (s['totals'][f'{c}_s'] / tot - during[c]):+.1f} pp)" for c in CATS))
             print(f"{args.mode} {i}: " + "  ".join(
                 f"{c} {100 * s['totals'][f'{c}_s'] / tot:.1f}% vs {100 * truth[c]:.1f}% "
                 f"({100 * (s['totals'][f'{c}_s'] / tot - truth[c]):+.1f} pp)" for c in CATS))

@@ -14,12 +14,14 @@ import time
 import pytest
 
 from support import TO_999, load_summary, stated_bound_pp
-from truth import unprobed_shares
+from truth import truth_shares, unprobed_shares
 
 pytestmark = [pytest.mark.ebpf, pytest.mark.quiet]
 CATS = ("python", "simulator", "backend")
-# Simulator against Backend: the split between the two moved by up to 7.6 pp in three runs alone
-# (Python within 1.5 pp in the same runs), with truth spans that agreed; not yet explained.
+# Simulator against Backend: the split moves by up to 7.6 pp against the unprobed truth because
+# that truth moves during the session too: the target's own clock while attached put the
+# simulator at 23.6% where the spans before and after said 33.1 / 25.1%, and our shares were
+# within 2.1 pp of that clock in every off-mode session (docs/accuracy.md, "The split").
 SPLIT_PP = 5.0
 
 
@@ -39,7 +41,9 @@ def _run(target, monitor, tmp_path, simlib, calibration_file, *extra):
     spans = [(b0, b1), (a0, time.monotonic_ns())]
     before, after = unprobed_shares(items, spans[:1]), unprobed_shares(items, spans[1:])
     drift = {c: abs(before[c] - after[c]) / 2 for c in CATS}
-    return load_summary(summary), unprobed_shares(items, spans), drift
+    s = load_summary(summary)
+    print("truth before", before, "after", after, "the target's clock while attached", truth_shares(items, s["window"]))
+    return s, unprobed_shares(items, spans), drift
 
 
 def _shares(figs: dict) -> dict:
@@ -61,9 +65,9 @@ def test_default_mode_is_within_its_stated_bound_on_phased_trainer(ebpf, target,
     2 pp for the Python/binding boundary every mode has, plus half the difference between
     the truth's own spans before and after the session (this VM's speed flips between
     states that move the shares by up to 7 pp with no probe attached), plus SPLIT_PP for
-    Simulator and Backend (their split is the unexplained part), and the self-reported
-    overhead is under twice the budget. Needs a quiet machine: the reference
-    is timed unprobed, the estimate probed."""
+    Simulator and Backend (the truth's state during the session, which neither span sees),
+    and the self-reported overhead is under twice the budget. Needs a quiet machine: the
+    reference is timed unprobed, the estimate probed."""
     s, truth, drift = _run(target, monitor, tmp_path, simlib, calibration_file, "--op", "collect=collect",
                            "--op", "update=update")
     assert s["budget"]["modes"].get("backend") in ("count", "off"), s["budget"]

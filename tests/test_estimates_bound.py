@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 
 import numpy as np
+import pytest
 
 from rlscope_top.account.estimates import NTICK, CategoryEstimate
 from rlscope_top.vocab import NCAT
@@ -29,11 +30,13 @@ def _thread() -> dict:
             "trans": [[0] * NCAT for _ in range(NCAT)], "ticks": [0] * NTICK}
 
 
-def _session(rng: np.random.Generator, stretches: int = 24, by_sites: bool = False) -> tuple[float, float, float]:
+def _session(rng: np.random.Generator, stretches: int = 24, by_sites: bool = False,
+             mode: str = "off") -> tuple[float, float, float]:
     """One session; returns (true backend ns in off segments, estimated, stated bound).
 
     ``by_sites``: the kernel placed the ticks by call site (every tick inside a torch call is
-    Backend, the others Python), and the windows' timed ns carry a probe cost calibrated 30% off."""
+    Backend, the others Python), and the windows' timed ns carry a probe cost calibrated 30% off.
+    ``mode``: what the segments between windows are (``count``: calls exact)."""
     th, ts = _thread(), 0
     est = CategoryEstimate(BACKEND, ts)
     est.by_sites = by_sites
@@ -52,7 +55,7 @@ def _session(rng: np.random.Generator, stretches: int = 24, by_sites: bool = Fal
         if by_sites:
             th["ticks"][0] += int(rng.poisson((STRETCH_NS - be) / TICK_NS))
         ts += STRETCH_NS
-        est.change("off" if timed else "timed" if i % 4 == 3 else "off", ts, {1: copy.deepcopy(th)}, {})
+        est.change(mode if timed else "timed" if i % 4 == 3 else mode, ts, {1: copy.deepcopy(th)}, {})
     ex, _, bound = est.now({1: th}, {}, ts)
     e = ex[NONE_PART]
     return truth, e.ns[0] + e.ns[1], bound
@@ -69,17 +72,39 @@ def test_the_stated_bound_covers_the_off_mode_error_about_95_percent_of_the_time
     assert rel_bound < 6 * rel_err, (rel_bound, rel_err)    # honest, not a blanket
 
 
-def test_ticks_placed_by_call_site_are_the_share_of_on_cpu_time():
+@pytest.mark.parametrize("mode", ["off", "count"])
+def test_ticks_placed_by_call_site_are_the_share_of_on_cpu_time(mode):
     """With ticks placed by call site the estimate is the category's share of each stretch's
-    ticks times its on-CPU time: no window's ns per tick, no calibrated probe cost. Over 401
-    seeded sessions its bound (the ticks' binomial noise) covers >= 90% of errors and the
-    median error is under 5% of the truth; the windows' ns per tick would carry their probe
-    cost error (30% here) into every stretch."""
+    ticks times its on-CPU time: no window's ns per tick or per call, no calibrated probe cost.
+    Over 401 seeded sessions its bound (the ticks' binomial noise) covers >= 90% of errors and
+    the median error is under 5% of the truth; the windows' ns per tick (``off``) or per call
+    (``count``) would carry their probe cost error (30% here) into every stretch."""
     rng = np.random.default_rng(1009)
-    runs = [_session(rng, by_sites=True) for _ in range(401)]
+    runs = [_session(rng, by_sites=True, mode=mode) for _ in range(401)]
     assert all(b is not None and b > 0 for _, _, b in runs)
     covered = sum(abs(e - t) <= b for t, e, b in runs) / len(runs)
     rel_err = float(np.median([abs(e - t) / t for t, e, _ in runs]))
     rel_bound = float(np.median([b / t for t, _, b in runs]))
     assert covered >= 0.90, (covered, rel_bound, rel_err)
     assert rel_err < 0.05 and rel_bound < 6 * rel_err, (rel_bound, rel_err)
+
+
+@pytest.mark.parametrize("mode", ["off", "count"])
+def test_ticks_placed_by_site_need_no_window(mode):
+    """Stepped down before any window: ticks placed by call site are a measurement, so the
+    category gets their share of on-CPU time (23 of 101 ticks here), not `unknown`; without
+    them there is nothing to scale and the estimate says so."""
+    for by_sites in (True, False):
+        th = _thread()
+        est = CategoryEstimate(BACKEND, 0)
+        est.by_sites = by_sites
+        est.change(mode, 0, {1: copy.deepcopy(th)}, {})
+        th["ns"][0][0] = 404_000_000            # all charged to Python while not timed
+        th["calls"][BACKEND] = 1009
+        th["ticks"][BACKEND], th["ticks"][0] = 23, 78
+        ex, _, _ = est.now({1: th}, {}, 404_000_000)
+        e = ex[NONE_PART]
+        if by_sites:
+            assert not e.unknown and e.ns[0] == pytest.approx(404_000_000 * 23 / 101)
+        else:
+            assert e.unknown

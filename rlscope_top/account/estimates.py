@@ -9,7 +9,9 @@ Here that time is given back:
 - per *part* of the Python threads' time: each operation (annotated or sampled), and
   ``<none>`` for time outside every operation, so phases with different costs (an RL
   loop's collect and update) are estimated with their own figures;
-- in ``count`` mode from the exact calls and the time per call the windows measured;
+- in ``count`` mode from the exact calls and the time per call the windows measured, or,
+  where the ticks are placed by call site (below), the on-CPU part from the ticks as in
+  ``off`` mode (the calls stay exact);
 - in ``off`` mode from the part's time and the category's share of it in the windows,
   with the on-CPU total set by the 250 Hz CPU-clock ticks: where the kernel sampler reads
   the Python threads' frames it places each tick by its call site (a tick anywhere inside
@@ -317,7 +319,7 @@ class CategoryEstimate:
         basis = sum(d["calls"][self.ci] if self.mode == "count" else
                     max(0, sum(a + b for a, b in d["ns"]) - sum(d["oh"])) for d in dp.values())
         b = BoundParts()
-        if self.mode == "off" and self._scale_by_ticks(ex, ext, dp, dt, b):
+        if self._scale_by_ticks(ex, ext, dp, dt, b):
             on, off = sum(e.ns[0] for e in ex.values()), sum(e.ns[1] for e in ex.values())
             basis *= off / (on + off) if on + off > 0 else 0.0    # the share sets the off-CPU part only
         b.basis[self.mode] = basis
@@ -326,8 +328,14 @@ class CategoryEstimate:
     def _scale_by_ticks(self, ex: dict, ext: dict, dp: dict, dt: dict, b: BoundParts) -> bool:
         """Set the segment's on-CPU estimate to what the ticks say, per thread and per part
         (each within its own Python on-CPU time), and its bound's parts in ``b``. Returns
-        whether the ticks were used."""
-        windows = self.win_ticks >= MIN_WINDOW_TICKS and self.win_on_ns > 0
+        whether the ticks were used.
+
+        In ``count`` mode only ticks placed by call site replace the estimate from the exact
+        calls (their time per call comes from windows with the calibrated cost taken out:
+        4-6 pp off on the phased trainer's simulator); elsewhere the calls' estimate stays."""
+        if self.mode == "count" and not (self.by_sites and all(d["ticks_ok"] for d in dp.values())):
+            return False
+        windows = self.mode == "off" and self.win_ticks >= MIN_WINDOW_TICKS and self.win_on_ns > 0
         if not windows and not self.by_sites:
             return False
         ns_per_tick = self.win_on_ns / self.win_ticks if windows else None
@@ -338,6 +346,7 @@ class CategoryEstimate:
             if e is None or ns is None:
                 continue
             e.ns[0] = ns
+            e.unknown = e.unknown and var is None       # placed by site: measured, no window needed
             total += ns
             if var is None:
                 scaled += ns
@@ -346,9 +355,10 @@ class CategoryEstimate:
                 site_var += var
         if all(d["ticks_ok"] for d in dp.values()):      # each part by its own ticks
             for name, e in ex.items():
-                ns, _ = self._tick_ns(dp[name], ns_per_tick)
+                ns, var = self._tick_ns(dp[name], ns_per_tick)
                 if ns is not None:
                     e.ns[0] = ns
+                    e.unknown = e.unknown and var is None
         else:
             have = sum(e.ns[0] for e in ex.values())          # older records: in proportion
             f = total / have if have > 0 else 0.0
