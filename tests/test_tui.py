@@ -91,6 +91,7 @@ async def test_sort_follows_focus_and_enter_shows_details(ring, tmp_path):
         await pilot.pause()
         notes = app.notices()
         assert any("<all>: Python 51.3%" in n and "1,032 calls" in n for n in notes), notes
+        assert any("CUDA API n/a" in n for n in notes), notes      # n/a as in every table, not 0.0%
 
 
 @pytest.mark.anyio

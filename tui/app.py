@@ -381,7 +381,7 @@ class RlscopeApp(App):
         if table == "ops":
             op = next((o for o in self.last["operations"] if o["name"] == key), None)
             if op:
-                parts = "  ".join(f"{LABELS[c]} {100 * v:.1f}%" for c, v in op["shares"].items())
+                parts = "  ".join(f"{LABELS[c]} {fmt(None if v is None else 100 * v, '.1f', '%')}" for c, v in op["shares"].items())
                 src = f" ({op['source']})" if op["source"] else ""
                 self.notify(f"{key}{src}: {parts}; {op['calls']:,} calls, {op['transitions']:,} transitions"
                             + _gpu_detail(op), title="operation")

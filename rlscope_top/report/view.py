@@ -16,7 +16,7 @@ from ..account import processes as P
 from ..account.books import Books
 from ..account.session_figures import figures
 from ..ring.ring import RingReader
-from ..vocab import ALL_OP, CATEGORIES, LABELS
+from ..vocab import ALL_OP, CATEGORIES, LABELS, NA
 
 HISTORY = 120
 MIN_RATE_WALL_S = 0.05      # an operation's rates are shown once it ran this long (since a reset)
@@ -49,9 +49,10 @@ def _job_line(s: dict) -> str:
 
 
 def _shares(tot: dict) -> tuple[dict, float]:
-    """Each category's share of the categories' sum (0 while there is none), and the sum."""
+    """Each category's share of the categories' sum (0 while there is none; NA for a category
+    not measured), and the sum."""
     whole = sum(tot[c] or 0.0 for c in CATEGORIES)
-    return {c: ((tot[c] or 0.0) / whole if whole else 0.0) for c in CATEGORIES}, whole
+    return {c: NA if tot[c] is NA else (tot[c] / whole if whole else 0.0) for c in CATEGORIES}, whole
 
 
 def _process_row(p: dict) -> dict:
@@ -136,7 +137,7 @@ class ViewModel:
         shares, cat_sum = _shares(tot)
         cat_shares, _ = _shares(cat)
         for c in CATEGORIES:
-            self.history[c].append(100 * cat_shares[c])
+            self.history[c].append(100 * (cat_shares[c] or 0.0))
         meta = self.books.cpu.meta
         return {
             "pid": s["pid"], "command": s["command"], "uptime_s": self.books.cpu.duration_s,
@@ -171,8 +172,10 @@ class ViewModel:
         rows = [self._op_row(name, op, base.get(name)) for name, op in s["operations"].items()
                 if name != ALL_OP and "wall_s" in op]      # GPU-only entries have no CPU time
         total = sum(r["_wall"] for r in rows)
+        na = [c for c in CATEGORIES if s["totals"][f"{c}_s"] is NA]    # n/a in every table, here too
         for r in rows:
             r["wall_share"] = r.pop("_wall") / total if total else 0.0
+            r["shares"].update(dict.fromkeys(na, NA))
         return rows
 
     @staticmethod
