@@ -60,7 +60,8 @@ struct tstate {
     u64 switches;             // times it was switched out (what the sched_switch probe costs it)
     u64 preempt_ns;           // off-CPU time while still runnable (waiting for a CPU, not blocked)
     u8 preempted;             // switched out runnable (preempted or yielded), not blocked
-    u8 pad3[7];
+    u8 tick_pending;          // this tick's place + 1, until its operation is known (op_tick)
+    u8 pad3[6];
 };
 
 // A thread's latest sampled operation changes, written whole by the monitor: each
@@ -650,6 +651,24 @@ static __always_inline u32 site_where(struct tstate *s, u32 tid, u32 where) {
 // and applies pending operation changes of the thread on the CPU, so a thread that runs for
 // long without a probe hit or a context switch still gets its time split where its
 // operations changed. Categories are unaffected.
+// A tick is a sample of where the thread is *and* of its operation: it counts for the
+// operation its own stack names (pys_tick, after its sample), not the one the last sample
+// named up to 10 ms before. Operations that alternate faster than the samples (an RL loop's
+// env step and policy call) otherwise share one mix of ticks, each its category split blurred
+// toward the mean. Ticks with no sample of their own keep the operation standing.
+static __always_inline void op_tick(struct tstate *s) {
+    u32 where = s->tick_pending;
+    if (!where)
+        return;
+    s->tick_pending = 0;
+    u32 op = cur_op(s);
+    if (op && where - 1 < NTICK) {
+        struct opcnt *c = op_counters(s, op);
+        if (c)
+            c->ticks[where - 1]++;
+    }
+}
+
 int on_tick(struct bpf_perf_event_data *ctx) {
     u64 now = bpf_ktime_get_ns();
     u32 tid = (u32)bpf_get_current_pid_tgid();
@@ -662,14 +681,11 @@ int on_tick(struct bpf_perf_event_data *ctx) {
         ann_sync(s, now);
         sop_sync(s, now, RUN_ON);
         advance(s, now, RUN_ON);
-        u32 op = cur_op(s);
-        if (op && where < NTICK) {
-            struct opcnt *c = op_counters(s, op);
-            if (c)
-                c->ticks[where]++;
-        }
+        if (where < NTICK)
+            s->tick_pending = where + 1;
     }
     pys_tick_prog.call(ctx, 0);        // pys_tick below; no return from it
+    op_tick(s);                        // no stack sampler here: the operation standing
     return 0;
 }
 
@@ -685,6 +701,7 @@ int pys_tick(struct bpf_perf_event_data *ctx) {
         advance(s, now, RUN_ON);
         pys_apply(s, now, PYS_WHY_TICK, op);
     }
+    op_tick(s);                        // the operation this tick's own stack named, if it did
     return 0;
 }
 

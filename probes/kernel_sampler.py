@@ -27,6 +27,7 @@ POLL_MS = 50
 WHY_BLOCK, WHY_EXEC = 1, 2  # PYS_WHY_* in pystack.c
 SOP_BLOCKED = 0x80000000    # bpf_program.c: the op of a blocked sample, for the time off CPU
 MAX_STACKS = 100_000        # distinct stacks whose names and match are kept
+BLOCK_GAP_MIN_NS = 2_500_000  # least gap between a thread's blocked samples (what 100 Hz gave)
 _HEAD = struct.Struct("<QIIHBBI")          # struct pysample up to its frames
 
 
@@ -86,9 +87,13 @@ class KernelStackSampler(StackSampler):
             raise RuntimeError("libbpf refused it")
 
     def _set_rate(self, hz: float) -> None:
-        period = int(1e9 / hz)
+        # 10% short: a tick that comes a little early (timer jitter) is still sampled, so at
+        # the tick's own rate every tick is
+        period = int(0.9e9 / hz)
         cfg = self.probes.bpf["pycfg"]
-        cfg[ct.c_int(1)] = ct.c_uint64(period // 4)     # blocked samples: at most 4 per period
+        # blocked samples: at most 4 per period, and no more than 100 Hz gave (a pipe-bound env
+        # worker blocks thousands of times a second)
+        cfg[ct.c_int(1)] = ct.c_uint64(max(period // 4, BLOCK_GAP_MIN_NS))
         cfg[ct.c_int(0)] = ct.c_uint64(period)
 
     def _add(self, pid: int, interp: Interpreter | None) -> None:

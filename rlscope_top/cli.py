@@ -103,8 +103,9 @@ def _session_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--op", action="append", default=[], metavar="NAME=PATTERN",
                    help="operation rule for the stack sampler (repeatable): PATTERN globs a frame "
                         "'/path/file.py:function', or a function name; NAME:simulation counts it as simulation")
-    p.add_argument("--sample-hz", type=_sample_rate, default=100.0, metavar="HZ",
-                   help="stack samples per second for zero-change operations (default 100; 0 turns it off)")
+    p.add_argument("--sample-hz", type=_sample_rate, default=None, metavar="HZ",
+                   help="stack samples per second for zero-change operations (default: every CPU-clock tick, "
+                        "250, with the in-kernel sampler; 100 with austin; 0 turns it off)")
     p.add_argument("--sampler", choices=("auto", "kernel", "austin"), default="auto",
                    help="who reads the Python stacks: kernel (in the BPF program, the thread stopped: no torn "
                         "samples; CPython 3.11), austin (from outside), auto (kernel where it can; default)")

@@ -53,6 +53,6 @@ def test_sb3_ppo_operations_match_in_process_measurement(ebpf, target, monitor, 
     # the default sampler reads stacks in the kernel, the thread stopped: none is torn (austin
     # drops ~15% here). A frame page the tick cannot read (not resident) cuts a rare one short.
     assert smp["tool"] == "kernel" and smp["invalid"] <= 0.01 * smp["samples"], smp
-    assert smp["hz"] <= 100 and smp["samples"] > 300 and smp["cpu_s"] is not None
+    assert smp["hz"] <= 250 and smp["samples"] > 300 and smp["cpu_s"] is not None
     print(json.dumps({n: [ops[n]["share"], flat.get(n), ops[n].get("inclusive_share"), incl.get(n)]
                       for n in ops if n in flat}))

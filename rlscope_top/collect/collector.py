@@ -34,7 +34,7 @@ class Collector(OperationSources, BudgetLoop, RecordBuilder):
     def __init__(self, pid: int, ring: RingWriter, specs: list[catalog.ProbeSpec] | None = None,
                  notify: Callable[[str, str], None] | None = None, interval_s: float = 1.0,
                  max_probes: int = catalog.MAX_PROBES, max_overhead_pct: float = 5.0, timeline: bool = False,
-                 op_rules: list | None = None, sample_hz: float = 0.0, sources: list | None = None,
+                 op_rules: list | None = None, sample_hz: float | None = 0.0, sources: list | None = None,
                  sampler: str = "auto",
                  children: bool = True, roots: tuple[int, ...] = (), roles: dict[int, str] | None = None):
         self.pid, self.ring, self.interval_s = pid, ring, interval_s

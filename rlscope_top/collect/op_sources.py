@@ -15,6 +15,7 @@ from .target import is_alive
 SAMPLER_WINDOW_S = 5.0  # the stack sampler's CPU is checked over this ...
 SAMPLER_SHARE = 0.5     # ... against this share of the overhead budget (% of one core)
 MIN_SAMPLE_HZ = 10.0
+AUSTIN_HZ = 100.0       # austin's default rate (it costs ~5% of a core there, docs/overhead.md)
 
 
 class OperationSources:
@@ -38,12 +39,12 @@ class OperationSources:
 
     def _start_sampler(self) -> None:
         """Sample Python stacks for rule-based operations (the zero-change path)."""
-        if not self.sample_hz:
+        if self.sample_hz == 0:
             return
         stacks = StackCounts() if hasattr(self.ring, "record") else None     # recording: keep the stacks
         smp = self._kernel_sampler(stacks) if self.sampler_kind != "austin" else None
         if smp is None and self.sampler_kind != "kernel":
-            smp = StackSampler(self.pid, self.op_rules, self.sample_hz, self._sampled_op,
+            smp = StackSampler(self.pid, self.op_rules, self.sample_hz or AUSTIN_HZ, self._sampled_op,
                                children=self._has_children(), stacks=stacks)
             if not smp.start():
                 self.note("warn", f"operations unavailable: {smp.error}; the category breakdown is unaffected")
@@ -56,7 +57,10 @@ class OperationSources:
 
     def _kernel_sampler(self, stacks) -> KernelStackSampler | None:
         """The in-kernel sampler, or None (said why: a warning if asked for, else austin takes over)."""
-        smp = KernelStackSampler(self.pid, self.op_rules, self.sample_hz, self._sampled_op, self.probes,
+        # by default every tick: a tick's category counts for the operation its own stack names
+        # (probes/bpf_program.c op_tick); a tick with no sample keeps the last one's
+        hz = self.sample_hz or self.probes.tick_hz or AUSTIN_HZ
+        smp = KernelStackSampler(self.pid, self.op_rules, hz, self._sampled_op, self.probes,
                                  children=self._has_children(), stacks=stacks)
         if not self.probes.tick_hz or self.probes.pystack_error:
             smp.error = self.probes.pystack_error or "no CPU-clock tick to sample on"

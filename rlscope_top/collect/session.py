@@ -45,7 +45,7 @@ class Options:
     timeline: bool = False
     quiet: bool = False
     op_rules: list = dataclasses.field(default_factory=list)   # user --op rules (op_rules.Rule)
-    sample_hz: float = 100.0                                   # 0: no stack sampler
+    sample_hz: float | None = None        # None: every CPU-clock tick (kernel sampler), 100 (austin); 0: none
     sampler: str = "auto"      # --sampler: kernel (stacks read in the BPF program), austin, or auto (kernel if it can)
     gpu: object = None          # GpuOptions (rlscope_top/collect/gpu_source.py); None: use an agent the target has
     on_attached: Callable[[], None] | None = None   # `run`: release the held command
