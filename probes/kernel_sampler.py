@@ -87,9 +87,11 @@ class KernelStackSampler(StackSampler):
             raise RuntimeError("libbpf refused it")
 
     def _set_rate(self, hz: float) -> None:
-        # 10% short: a tick that comes a little early (timer jitter) is still sampled, so at
-        # the tick's own rate every tick is
-        period = int(0.9e9 / hz)
+        # At the tick's own rate or above, every tick is sampled (1 ns: no gap to wait for): a
+        # thread that moves between CPUs, or is preempted, gets its ticks less than a period
+        # apart, and a tick without its own sample counts for the operation standing (op_tick)
+        tick_hz = self.probes.tick_hz
+        period = 1 if tick_hz and hz >= tick_hz else int(1e9 / hz)
         cfg = self.probes.bpf["pycfg"]
         # blocked samples: at most 4 per period, and no more than 100 Hz gave (a pipe-bound env
         # worker blocks thousands of times a second)

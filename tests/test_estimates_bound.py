@@ -108,3 +108,24 @@ def test_ticks_placed_by_site_need_no_window(mode):
             assert not e.unknown and e.ns[0] == pytest.approx(404_000_000 * 23 / 101)
         else:
             assert e.unknown
+
+
+def test_off_cpu_part_of_a_site_placed_estimate_follows_its_ticks():
+    """The time a category spends off CPU (preempted inside torch on a busy machine) is its
+    on-CPU estimate times its own off/on ratio in the windows (1:2 here), so a part whose ticks
+    never found torch gets none: a part's windows place time by sample and hold and blur it
+    across fast-alternating operations (tests/test_ebpf_op_ticks.py under load read 22%)."""
+    th = _thread()
+    est = CategoryEstimate(BACKEND, 0)
+    est.by_sites = True
+    th["ns"][BACKEND] = [100_000_000, 50_000_000]           # a timed window: off/on = 0.5
+    th["ns"][0] = [300_000_000, 0]
+    est.change("off", 450_000_000, {1: copy.deepcopy(th)}, {})
+    th["ns"][0] = [300_000_000 + 404_000_000, 100_000_000]  # off: all charged to Python
+    th["ticks"][BACKEND], th["ticks"][0] = 23, 78
+    ex, _, _ = est.now({1: th}, {}, 954_000_000)
+    on = 404_000_000 * 23 / 101
+    assert ex[NONE_PART].ns == pytest.approx([on, on * 0.5])
+    th["ticks"][BACKEND], th["ticks"][0] = 0, 101           # no tick in torch: nothing off CPU either
+    ex, _, _ = est.now({1: th}, {}, 954_000_000)
+    assert ex[NONE_PART].ns == pytest.approx([0.0, 0.0])

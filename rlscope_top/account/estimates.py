@@ -346,6 +346,8 @@ class CategoryEstimate:
             if e is None or ns is None:
                 continue
             e.ns[0] = ns
+            if var is not None:
+                self._off_by_ticks(e, d)
             e.unknown = e.unknown and var is None       # placed by site: measured, no window needed
             total += ns
             if var is None:
@@ -358,6 +360,8 @@ class CategoryEstimate:
                 ns, var = self._tick_ns(dp[name], ns_per_tick)
                 if ns is not None:
                     e.ns[0] = ns
+                    if var is not None:
+                        self._off_by_ticks(e, dp[name])
                     e.unknown = e.unknown and var is None
         else:
             have = sum(e.ns[0] for e in ex.values())          # older records: in proportion
@@ -371,6 +375,15 @@ class CategoryEstimate:
             b.var += (2 * ns_per_tick) ** 2                   # no tick yet: one tick's worth
         b.tick_ns = scaled
         return True
+
+    def _off_by_ticks(self, e: Extra, d: dict) -> None:
+        """The off-CPU part (preempted or blocked inside the category) of a site-placed estimate:
+        its on-CPU part times the category's own off/on ratio in all windows. A part's windows
+        place time by sample and hold, so operations that alternate faster than the samples
+        share their ratio; the whole pool's is the category's, and the ticks say which part."""
+        p = self.pooled
+        ratio = p.c_off / p.c_on if p.c_on > 0 else 0.0
+        e.ns[1] = min(e.ns[0] * ratio, d["ns"][0][1])
 
     def _tick_ns(self, d: dict, ns_per_tick: float | None) -> tuple[float | None, float | None]:
         """A part's on-CPU ns in the category by its ticks, and the variance of that when its
