@@ -25,12 +25,12 @@ import tempfile
 import threading
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from monitor_env import monitor_env, warm_bytecode  # noqa: E402
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 PY = sys.executable
+sys.path.insert(0, HERE)
+from monitor_env import monitor_env, warm_bytecode  # noqa: E402
+
 # (arguments, environment): the default run loads the compiled program kept by an earlier
 # session (probes/bpf_cache.py); "compiling" turns that off, as on a machine's first attach
 SETTINGS = {"default": ([], {}), "default, compiling (no cache)": ([], {"RLSCOPE_BPF_CACHE": "0"}),

@@ -8,7 +8,7 @@ sampled by default (250 Hz with the in-kernel sampler; at 100 Hz 60% of ticks ha
 of their own and kept the blur: the demo's `simulation` read 31% Backend, 2% at every tick).
 Beside two busy loops (scripts/test-under-load.sh) think() read 22%: the off-CPU part of the
 estimate (preempted inside torch) came from the part's windows, placed by sample and hold; it
-now follows the ticks too (estimates.py `_off_by_ticks`): 2.2%. Known answer (tests/targets/fast_ops.py):
+now follows the ticks too (estimates.py `_place`): 2.2%. Known answer (tests/targets/fast_ops.py):
 think() never calls torch, so its Backend share is 0.
 """
 

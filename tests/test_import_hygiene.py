@@ -54,7 +54,7 @@ def test_annotation_api_is_standard_library_only():
 
 IDLE_GPU = """
 import sys
-from rlscope_top.account.gpu_accounting import BusyUnion, GpuTotals
+from rlscope_top.account.gpu_accounting import GpuTotals
 t = GpuTotals(t0=0)
 for u in t.unions():
     u.finalize(5_000_000_000)

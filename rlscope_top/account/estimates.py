@@ -345,10 +345,7 @@ class CategoryEstimate:
             ns, var = self._tick_ns(d, ns_per_tick)
             if e is None or ns is None:
                 continue
-            e.ns[0] = ns
-            if var is not None:
-                self._off_by_ticks(e, d)
-            e.unknown = e.unknown and var is None       # placed by site: measured, no window needed
+            self._place(e, d, ns, var)
             total += ns
             if var is None:
                 scaled += ns
@@ -359,10 +356,7 @@ class CategoryEstimate:
             for name, e in ex.items():
                 ns, var = self._tick_ns(dp[name], ns_per_tick)
                 if ns is not None:
-                    e.ns[0] = ns
-                    if var is not None:
-                        self._off_by_ticks(e, dp[name])
-                    e.unknown = e.unknown and var is None
+                    self._place(e, dp[name], ns, var)
         else:
             have = sum(e.ns[0] for e in ex.values())          # older records: in proportion
             f = total / have if have > 0 else 0.0
@@ -376,14 +370,17 @@ class CategoryEstimate:
         b.tick_ns = scaled
         return True
 
-    def _off_by_ticks(self, e: Extra, d: dict) -> None:
-        """The off-CPU part (preempted or blocked inside the category) of a site-placed estimate:
-        its on-CPU part times the category's own off/on ratio in all windows. A part's windows
-        place time by sample and hold, so operations that alternate faster than the samples
-        share their ratio; the whole pool's is the category's, and the ticks say which part."""
-        p = self.pooled
-        ratio = p.c_off / p.c_on if p.c_on > 0 else 0.0
-        e.ns[1] = min(e.ns[0] * ratio, d["ns"][0][1])
+    def _place(self, e: Extra, d: dict, ns: float, var: float | None) -> None:
+        """Set an estimate's on-CPU part from the ticks. Placed by call site (``var`` given) it
+        is a measurement that needs no window, and its off-CPU part (preempted or blocked
+        inside the category) is the on-CPU part times the category's own off/on ratio in all
+        windows: a part's windows place time by sample and hold, so operations that alternate
+        faster than the samples share their ratio; the whole pool's is the category's."""
+        e.ns[0] = ns
+        if var is not None:
+            p = self.pooled
+            e.ns[1] = min(ns * (p.c_off / p.c_on if p.c_on > 0 else 0.0), d["ns"][0][1])
+            e.unknown = False
 
     def _tick_ns(self, d: dict, ns_per_tick: float | None) -> tuple[float | None, float | None]:
         """A part's on-CPU ns in the category by its ticks, and the variance of that when its

@@ -116,8 +116,7 @@ class BusyUnion:
             self.finalize(self.newest - self.reorder_ns)
 
     def _pending(self) -> tuple[np.ndarray, np.ndarray]:
-        if not self.pa:
-            return np.empty(0, np.int64), np.empty(0, np.int64)
+        """The pending intervals as one pair of arrays (callers check there are some)."""
         if len(self.pa) > 1:
             self.pa, self.pb = [np.concatenate(self.pa)], [np.concatenate(self.pb)]
         return self.pa[0], self.pb[0]
