@@ -13,10 +13,12 @@
 #define NCAT 4
 
 // Where a thread was when the CPU-clock tick found it on a CPU: in a probed library of a
-// category (the category's index), elsewhere in user space, or in the kernel.
+// category (the category's index), elsewhere in user space, in the kernel, or in the kernel
+// handling a probe's trap (what the probes cost the target: trap_tick).
 #define TICK_OTHER 4
 #define TICK_KERNEL 5
-#define NTICK 6
+#define TICK_TRAP 6
+#define NTICK 7
 #define NRANGES 64
 
 #define RUN_OFF 0
@@ -151,6 +153,68 @@ struct cost {
     u32 exit_after;
 };
 BPF_ARRAY(costs, struct cost, NPROBES);
+
+// Probe traps, measured on the target's own calls: the kernel's time handling a hit (the
+// breakpoint, the instruction stepped out of line, the return trampoline, this program) is
+// what a probe costs the target. A tick that finds a thread there is counted for the probe
+// part that trapped (part slot: probe id * 2, + 1 for the exit fields of its cost) and the
+// side of the part's timestamp it fell on (tick slot: part slot * 2, + 1 after), as the
+// kernel charges it (charge: before lands in the category being left, after in the one
+// entered). The collector prices each side from its ticks per hit
+// (rlscope_top/collect/probe_prices.py). The last tick slot holds trap ticks no part could
+// be named for (another probe's breakpoint, hit first).
+struct lastprobe {
+    u64 ip;                   // the user IP the probe saw: its address, or the return address
+    u64 eip;                  // the last entry probe's address, and its slot: a tick at its
+    u32 eslot;                //   breakpoint before the program ran
+    u32 tid;
+    u32 slot;
+    u32 pad;
+};
+BPF_PERCPU_ARRAY(last_probe, struct lastprobe, 1);
+#define TRAP_SLOTS (NPROBES * 4 + 1)
+BPF_PERCPU_ARRAY(trap_hits, u64, NPROBES * 2);
+BPF_PERCPU_ARRAY(trap_ticks, u64, TRAP_SLOTS);
+// The uprobes page (out-of-line slots, the return trampoline): where x86-64 maps it when the
+// top page is free (the collector's `xol` entry from /proc/PID/maps, where it is not).
+#define XOL_LO 0x7fffffffe000ULL
+#define XOL_HI 0x7ffffffff000ULL
+#define XOL_SLOT 128              // bytes per slot; slot 0 is the return trampoline
+BPF_ARRAY(xol, struct iprange, 1);
+#define TRAP_NEAR 16              // bytes past the probed address still in its trap (an emulated or stepped instruction)
+// Each breakpoint's part, by process and address: a tick at a breakpoint before its program
+// ran names its probe here (probes alternate: the last one on the CPU is another's).
+struct bpkey {
+    u64 addr;
+    u32 tgid;
+    u32 pad;
+};
+BPF_HASH(bp_slots, struct bpkey, u32, 4096);
+
+// part: which of the probe's costs its hits charge (0 enter_*, 1 exit_*); bp: a breakpoint at
+// the probed address (a uprobe), not a return (a uretprobe sees the return address).
+static __always_inline void trap_note(struct pt_regs *ctx, int id, int part, int bp) {
+    int zero = 0;
+    struct lastprobe *l = last_probe.lookup(&zero);
+    if (!l)
+        return;
+    int slot = (id & 0xffff) * 2 + (part ? 1 : 0);
+    l->ip = PT_REGS_IP(ctx);
+    l->tid = (u32)bpf_get_current_pid_tgid();
+    l->slot = slot;
+    if (bp && l->eip != l->ip) {
+        l->eip = l->ip;
+        l->eslot = slot;
+        struct bpkey k = {};
+        k.addr = l->ip;
+        k.tgid = bpf_get_current_pid_tgid() >> 32;
+        if (!bp_slots.lookup(&k))
+            bp_slots.update(&k, &slot);
+    }
+    u64 *h = trap_hits.lookup(&slot);
+    if (h)
+        (*h)++;
+}
 
 // Per category: 0 timed (entry and exit tracked), 1 count-only (the budget removed the
 // exit probes: entries are counted, time is estimated in user space).
@@ -399,11 +463,12 @@ static __always_inline void charge(struct tstate *s, int before_cat, u32 before,
     }
 }
 
-static __always_inline int on_enter(int id, int cat) {
+static __always_inline int on_enter(struct pt_regs *ctx, int id, int cat) {
     u64 now = bpf_ktime_get_ns();
     struct tstate *s = self_state(now);
     if (!s)
         return 0;
+    trap_note(ctx, id, 0, 1);
     hit(id);
     ann_sync(s, now);
     sop_sync(s, now, RUN_ON);
@@ -439,11 +504,12 @@ static __always_inline int on_enter(int id, int cat) {
 }
 
 // Exits seen without an entry (attached mid-call) leave depth at zero.
-static __always_inline int on_exit(int id, int cat, int count) {
+static __always_inline int on_exit(struct pt_regs *ctx, int id, int cat, int count) {
     u64 now = bpf_ktime_get_ns();
     struct tstate *s = self_state(now);
     if (!s)
         return 0;
+    trap_note(ctx, id, 1, count);
     if (count)
         hit(id);
     ann_sync(s, now);
@@ -462,12 +528,13 @@ static __always_inline int on_exit(int id, int cat, int count) {
 }
 
 // A probe that only counts: its whole cost lands in the current category.
-static __always_inline int on_count(int id) {
+static __always_inline int on_count(struct pt_regs *ctx, int id) {
     u64 id64 = bpf_get_current_pid_tgid();
     u32 tid = (u32)id64;
     struct tstate *s = threads.lookup(&tid);
     if (!s || s->exited)
         return 0;
+    trap_note(ctx, id, 0, 1);
     hit(id);
     struct cost *c = costs.lookup(&id);
     if (c) {
@@ -482,7 +549,7 @@ static __always_inline int emit(struct pt_regs *ctx, int id, u32 kind, int read_
     u32 tgid = id64 >> 32;
     if (!targets.lookup(&tgid))
         return 0;
-    on_count(id);
+    on_count(ctx, id);
     struct event *e = events.ringbuf_reserve(sizeof(struct event));
     if (!e) {
         ev_dropped();
@@ -569,12 +636,9 @@ int pys_switch(void *ctx) {
     return 0;
 }
 
-// Which probed library (if any) the tick's user-space IP is in: how threads the probes do
-// not bracket (a torch intra-op pool, a simulator's worker threads) spend their time.
-static __always_inline u32 tick_where(struct bpf_perf_event_data *ctx) {
-    if ((ctx->regs.cs & 3) != 3)
-        return TICK_KERNEL;
-    u64 ip = PT_REGS_IP(&ctx->regs);
+// Which probed library (if any) a user-space IP is in: how threads the probes do not bracket
+// (a torch intra-op pool, a simulator's worker threads) spend their time.
+static __always_inline u32 ip_where(u64 ip) {
     int zero = 0;
     u32 *n = nranges.lookup(&zero);
     u32 lim = n ? *n : 0;
@@ -590,7 +654,80 @@ static __always_inline u32 tick_where(struct bpf_perf_event_data *ctx) {
             break;
         }
     }
-    return where < NTICK ? where : TICK_OTHER;
+    return where;
+}
+
+// 0: not in the uprobes page; 1: in its first slot, the return trampoline (a uretprobe's trap
+// before its program runs); 2: in an out-of-line slot (an instruction stepped for an entry).
+static __always_inline int xol_part(u64 ip) {
+    int zero = 0;
+    struct iprange *x = xol.lookup(&zero);
+    u64 base = 0;
+    if (ip >= XOL_LO && ip < XOL_HI)
+        base = XOL_LO;
+    else if (x && ip >= x->start && ip < x->end)
+        base = x->start;
+    else
+        return 0;
+    return ip - base < XOL_SLOT ? 1 : 2;
+}
+
+// Whether a tick at user IP `ip` (`kernel`: the thread was in the kernel) found the thread
+// handling a probe's trap, and if so counts it for the probe part that trapped, and the side
+// of its timestamp: an entry's breakpoint before its program ran is before; the instruction
+// stepped out of line after it is after; a return's trampoline is before, and the kernel's
+// work at the return address after its program, after.
+static __always_inline int trap_tick(u32 tid, u64 ip, int kernel) {
+    int zero = 0;
+    struct lastprobe *l = last_probe.lookup(&zero);
+    int mine = l && l->tid == tid;
+    int slot = TRAP_SLOTS - 1;           // a trap no part can be named for
+    int xp = xol_part(ip);
+    if (xp == 1) {
+        if (mine && !(l->slot & 1))
+            slot = (l->slot + 1) * 2;    // the return of the call whose entry trapped last: before
+    } else if (xp == 2) {
+        if (mine)
+            slot = l->slot * 2 + 1;
+    } else if (!kernel) {
+        return 0;
+    } else if (mine && ip - 1 == l->eip) {
+        slot = l->eslot * 2;             // its breakpoint, before the program ran
+    } else if (mine && ip - l->ip < TRAP_NEAR) {
+        slot = l->slot * 2 + 1;
+    } else {
+        struct bpkey k = {};
+        k.addr = ip - 1;
+        k.tgid = bpf_get_current_pid_tgid() >> 32;
+        u32 *bs = bp_slots.lookup(&k);
+        if (bs) {
+            slot = *bs * 2;              // another probe's breakpoint, before its program ran
+        } else {
+            u8 b = 0;                    // a breakpoint not hit before on this process
+            if (bpf_probe_read_user(&b, 1, (void *)(ip - 1)) != 0 || b != 0xcc)
+                return 0;
+        }
+    }
+    if (slot < 0 || slot >= TRAP_SLOTS)
+        slot = TRAP_SLOTS - 1;
+    u64 *t = trap_ticks.lookup(&slot);
+    if (t)
+        (*t)++;
+    return 1;
+}
+
+// Where a tick found the thread (TICK_*).
+static __always_inline u32 tick_where(struct bpf_perf_event_data *ctx, u32 tid) {
+    if ((ctx->regs.cs & 3) != 3) {
+        u64 ip = 0;                      // the user IP the kernel entry saved
+        if (bpf_get_stack(ctx, &ip, sizeof(ip), BPF_F_USER_STACK) <= 0 || !ip)
+            return TICK_KERNEL;
+        return trap_tick(tid, ip, 1) ? TICK_TRAP : TICK_KERNEL;
+    }
+    u64 ip = PT_REGS_IP(&ctx->regs);
+    if (trap_tick(tid, ip, 0))
+        return TICK_TRAP;                // an instruction stepped out of line
+    return ip_where(ip);
 }
 
 // Call sites: where the ticks at each instruction of a Python thread found its IP. A C call
@@ -607,7 +744,7 @@ BPF_TABLE("lru_hash", struct pycode, struct sitecnt, site_ticks, 16384);
 #define SITE_SHARE 2               // ... and at least half of its ticks (a freed tensor: ~40%)
 
 static __always_inline u32 site_where(struct tstate *s, u32 tid, u32 where) {
-    if (where == TICK_KERNEL)
+    if (where == TICK_KERNEL || where == TICK_TRAP)
         return where;
     struct pyinfo *pi = pyinfo.lookup(&s->tgid);
     u64 *tsp = pyts.lookup(&tid);
@@ -675,7 +812,7 @@ int on_tick(struct bpf_perf_event_data *ctx) {
     struct tstate *s = threads.lookup(&tid);
     if (!s || s->exited || !targets.lookup(&s->tgid))
         return 0;
-    u32 where = site_where(s, tid, tick_where(ctx));
+    u32 where = site_where(s, tid, tick_where(ctx, tid));
     s->ticks[where]++;
     if (op_cfg() & 3) {
         ann_sync(s, now);

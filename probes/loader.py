@@ -48,9 +48,10 @@ class Attached:
     path: str
     offset: int
     emulated: bool     # the probed instruction is emulated, not stepped out of line
-    cost_ns: int       # calibrated cost of one hit, of the parts still attached
+    cost_ns: int       # cost of one hit, of the parts still attached (calibrated, or measured)
     root_path: str = ""
     parts: dict = dataclasses.field(default_factory=dict)   # part -> (uprobe|uretprobe, offset)
+    scale: float = 1.0  # its calibrated cost times this: what its traps measured on the target say (>= 1)
 
 
 class ProbeSet(MapAccess):
@@ -89,6 +90,7 @@ class ProbeSet(MapAccess):
         self._sop: dict[int, object] = {}        # tid -> the sampled-op history leaf we write
         self._sop_seq: dict[int, int] = {}
         self._ranges_set: list[tuple[int, int, int]] | None = None   # what the tick's ranges map holds
+        self._xol_set: tuple[int, int] | None = None   # what the tick's xol map holds
         self._copies = StaticCopies(pid, frozenset(s.symbol for s in specs if s.any_lib))
 
     # -- lifecycle ---------------------------------------------------------
@@ -277,9 +279,7 @@ class ProbeSet(MapAccess):
                                 f"{first_line(e)}")
             return False
         emulated = self._emulated(root_path, spec.symbol, offset)
-        cost = self.calibration.cost(spec.kind, emulated, spec.group)
-        self.bpf["costs"][ct.c_int(i)] = self.bpf["costs"].Leaf(*(cost[k] for k in (
-            "enter_before", "enter_after", "exit_before", "exit_after")))
+        self._write_cost(i, self.calibration.cost(spec.kind, emulated, spec.group))
         self.bpf["probe_fw"][ct.c_int(i)] = ct.c_uint(fw.probe_fw_value(spec))
         a = Attached(i, spec, path, offset, emulated, 0, root_path, {})
         for part in _parts(spec):
@@ -397,12 +397,70 @@ class ProbeSet(MapAccess):
         a.cost_ns = self._cost_now(a)
 
     def _cost_now(self, a: Attached) -> int:
-        """Calibrated cost of one hit of the parts of a probe that are attached now."""
+        """Cost of one hit of the parts of a probe that are attached now."""
+        c = self._costs(a)
         if len(a.parts) == a.spec.n_attach:
-            return self.calibration.hit_ns(a.spec.kind, a.emulated, a.spec.group)
-        c = self.calibration.cost(a.spec.kind, a.emulated, a.spec.group)
+            if a.spec.kind == PAIR:
+                return sum(c.values())
+            return c["exit_before"] + c["exit_after"] if a.spec.kind == EXIT else c["enter_before"] + c["enter_after"]
         return sum(c[f"{p}_before"] + c[f"{p}_after"] for p in ("enter", "exit")
                    if ("entry" if p == "enter" else "exit") in a.parts)
+
+    def _costs(self, a: Attached) -> dict:
+        """The four cost fields of a probe: calibrated, times its measured scale."""
+        c = self.calibration.cost(a.spec.kind, a.emulated, a.spec.group)
+        return {k: round(v * a.scale) for k, v in c.items()} if a.scale != 1.0 else dict(c)
+
+    def _write_cost(self, i: int, cost: dict) -> None:
+        self.bpf["costs"][ct.c_int(i)] = self.bpf["costs"].Leaf(*(cost[k] for k in (
+            "enter_before", "enter_after", "exit_before", "exit_after")))
+
+    @staticmethod
+    def _charged(a: Attached) -> list[int]:
+        """The cost fields (0 enter, 1 exit) the probe's attached parts charge (bpf_program.c:
+        a pair's entry and return, an exit probe's hit; counters and ranges charge enter)."""
+        out = set()
+        for part in a.parts:
+            out.add(1 if part == "exit" and a.spec.kind in (PAIR, EXIT) else 0)
+        return sorted(out)
+
+    def calibrated_part_ns(self, slot: int) -> float:
+        """The calibrated ns per hit of a probe part (slot: id * 2, + 1 for the exit fields)."""
+        a = next((a for a in self.attached if a.id == slot // 2), None)
+        if a is None:
+            return 0.0
+        c = self.calibration.cost(a.spec.kind, a.emulated, a.spec.group)
+        fields = "exit" if slot % 2 else "enter"
+        return c[f"{fields}_before"] + c[f"{fields}_after"]
+
+    def reprice(self, measured: dict[int, float], change: float = 0.05) -> int:
+        """Raise the price of each probe whose traps, measured on the target's own calls,
+        cost more than the calibration says (rlscope_top/collect/probe_prices.py). The ticks
+        see the kernel's part of a trap only, not its cost to the code after it (caches, a
+        flushed TLB): a lower bound, so a price is raised to it and never lowered. Its
+        calibrated split before/after the timestamp stays.
+
+        Args:
+            measured: ns per hit by part slot (probe id * 2, + 1 for the exit fields).
+            change: relative move below which a price is not written again.
+
+        Returns:
+            How many probes were repriced.
+        """
+        n = 0
+        for a in self.attached:
+            fields = self._charged(a)
+            m = [measured.get(a.id * 2 + f) for f in fields]
+            if not fields or any(x is None for x in m):
+                continue
+            cal = sum(self.calibrated_part_ns(a.id * 2 + f) for f in fields)
+            k = max(1.0, sum(m) / cal) if cal > 0 else 1.0
+            if abs(k - a.scale) > change * a.scale:
+                a.scale = k
+                self._write_cost(a.id, self._costs(a))
+                a.cost_ns = self._cost_now(a)
+                n += 1
+        return n
 
     def _code_at(self, path: str, sym: str, n: int = 32) -> bytes:
         off = self._file_offset(path, sym, 0)

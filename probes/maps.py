@@ -16,7 +16,7 @@ from . import catalog
 from . import frameworks as fw
 
 DRAIN_BUDGET_S = 0.1   # monitor time one drain of the event buffer may take
-NTICK = 6       # on-CPU ticks per thread: Python (its frames read: bpf_program.c site_where), a probed category (1-3), other user code, kernel
+NTICK = 7       # on-CPU ticks per thread: Python (its frames read: bpf_program.c site_where), a probed category (1-3), other user code, kernel, a probe's trap
 NRANGES = 64    # executable mappings the tick can tell apart
 EV_RANGE_BEGIN, EV_RANGE_END, EV_THREAD_EXIT = 1, 2, 3
 EV_ENTER, EV_EXIT, EV_ON, EV_OFF, EV_NEW, EV_OP = 5, 6, 7, 8, 9, 10
@@ -73,6 +73,19 @@ def exec_ranges(pid: int) -> list[tuple[int, int, str]]:
     return out
 
 
+def uprobes_page(pid: int) -> tuple[int, int] | None:
+    """(start, end) of a process's ``[uprobes]`` mapping, or None before its first trap."""
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            for line in f:
+                if line.rstrip().endswith("[uprobes]"):
+                    a, b = line.split(None, 1)[0].split("-")
+                    return int(a, 16), int(b, 16)
+    except OSError:
+        pass
+    return None
+
+
 def mapped_files(pid: int) -> set[str]:
     """Paths of executable file mappings of a process (empty if it is gone)."""
     paths = set()
@@ -98,6 +111,16 @@ class MapAccess:
         """Hits per probe id, summed over CPUs."""
         table = self.bpf["hits"]
         return [int(sum(table[ct.c_int(i)])) for i in range(len(self.specs))]
+
+    def trap_counts(self) -> tuple[dict[int, int], dict[int, int], int]:
+        """For the attached probes: per part (slot: id * 2, + 1 for exit fields) its hits; per
+        part and side of its timestamp (slot * 2, + 1 after) the CPU-clock ticks that found a
+        thread in its trap; and the trap ticks no part could be named for."""
+        hits, ticks = self.bpf["trap_hits"], self.bpf["trap_ticks"]
+        parts = [a.id * 2 + k for a in self.attached for k in (0, 1)]
+        h = {p: int(sum(hits[ct.c_int(p)])) for p in parts}
+        t = {q: int(sum(ticks[ct.c_int(q)])) for p in parts if h[p] for q in (2 * p, 2 * p + 1)}
+        return h, t, int(sum(ticks[ct.c_int(ticks.max_entries - 1)]))
 
     def threads(self) -> list[ThreadCounters]:
         """Cumulative counters for every thread the kernel holds state for."""
@@ -142,6 +165,14 @@ class MapAccess:
         for i, (a, b, cat) in enumerate(ranges[:NRANGES]):
             table[ct.c_int(i)] = table.Leaf(a, b, cat, 0)
         self.bpf["nranges"][ct.c_int(0)] = ct.c_uint(min(len(ranges), NRANGES))
+
+    def set_xol(self) -> None:
+        """Tell the tick where the target's uprobes page is (it appears at the first trap that
+        needs it; the kernel puts it in the top page when that is free)."""
+        r = uprobes_page(self.pid)
+        if r is not None and r != self._xol_set:
+            self._xol_set = r
+            self.bpf["xol"][ct.c_int(0)] = self.bpf["xol"].Leaf(r[0], r[1], 0, 0)
 
     # -- operations ----------------------------------------------------------
     def ops(self) -> list[OpCounters]:

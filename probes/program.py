@@ -21,17 +21,17 @@ GENERIC_NPROBES = 128      # the generic program's map sizes, in steps of this (
 GENERIC = """
 #define CK_ID(c) ((int)((c) & 0xffff))
 #define CK_CAT(c) ((int)(((c) >> 16) & 3))
-int g_enter(struct pt_regs *ctx) { u64 c = bpf_get_attach_cookie(ctx); return on_enter(CK_ID(c), CK_CAT(c)); }
-int g_exit_ret(struct pt_regs *ctx) { u64 c = bpf_get_attach_cookie(ctx); return on_exit(CK_ID(c), CK_CAT(c), 0); }
-int g_exit_entry(struct pt_regs *ctx) { u64 c = bpf_get_attach_cookie(ctx); return on_exit(CK_ID(c), CK_CAT(c), 1); }
+int g_enter(struct pt_regs *ctx) { u64 c = bpf_get_attach_cookie(ctx); return on_enter(ctx, CK_ID(c), CK_CAT(c)); }
+int g_exit_ret(struct pt_regs *ctx) { u64 c = bpf_get_attach_cookie(ctx); return on_exit(ctx, CK_ID(c), CK_CAT(c), 0); }
+int g_exit_entry(struct pt_regs *ctx) { u64 c = bpf_get_attach_cookie(ctx); return on_exit(ctx, CK_ID(c), CK_CAT(c), 1); }
 int g_sync_enter(struct pt_regs *ctx) {
-    u64 c = bpf_get_attach_cookie(ctx); sync_begin(CK_ID(c), CK_CAT(c)); return on_enter(CK_ID(c), CK_CAT(c)); }
+    u64 c = bpf_get_attach_cookie(ctx); sync_begin(CK_ID(c), CK_CAT(c)); return on_enter(ctx, CK_ID(c), CK_CAT(c)); }
 int g_sync_exit(struct pt_regs *ctx) {
-    u64 c = bpf_get_attach_cookie(ctx); sync_end(); return on_exit(CK_ID(c), CK_CAT(c), 0); }
-int g_guarded_exit(struct pt_regs *ctx) { u64 c = bpf_get_attach_cookie(ctx); return fw_wait_exit(CK_ID(c), CK_CAT(c)); }
+    u64 c = bpf_get_attach_cookie(ctx); sync_end(); return on_exit(ctx, CK_ID(c), CK_CAT(c), 0); }
+int g_guarded_exit(struct pt_regs *ctx) { u64 c = bpf_get_attach_cookie(ctx); return fw_wait_exit(ctx, CK_ID(c), CK_CAT(c)); }
 int g_range_begin(struct pt_regs *ctx) { u64 c = bpf_get_attach_cookie(ctx); return emit(ctx, CK_ID(c), EV_RANGE_BEGIN, 1); }
 int g_range_end(struct pt_regs *ctx) { u64 c = bpf_get_attach_cookie(ctx); return emit(ctx, CK_ID(c), EV_RANGE_END, 0); }
-int g_count(struct pt_regs *ctx) { u64 c = bpf_get_attach_cookie(ctx); return on_count(CK_ID(c)); }
+int g_count(struct pt_regs *ctx) { u64 c = bpf_get_attach_cookie(ctx); return on_count(ctx, CK_ID(c)); }
 """
 
 
@@ -62,23 +62,23 @@ def program_text(specs: list[ProbeSpec], generic: bool = False) -> str:
     for i, s in enumerate(specs):
         if s.kind == PAIR and s.symbol in catalog.SYNC_SYMBOLS:   # also timed as GPU waiting
             out.append(f"int p{i}_enter(struct pt_regs *ctx) {{ sync_begin({i}, {s.category}); "
-                       f"return on_enter({i}, {s.category}); }}")
-            out.append(f"int p{i}_exit(struct pt_regs *ctx) {{ sync_end(); return on_exit({i}, {s.category}, 0); }}")
+                       f"return on_enter(ctx, {i}, {s.category}); }}")
+            out.append(f"int p{i}_exit(struct pt_regs *ctx) {{ sync_end(); return on_exit(ctx, {i}, {s.category}, 0); }}")
         elif s.kind == PAIR:
-            out.append(f"int p{i}_enter(struct pt_regs *ctx) {{ return on_enter({i}, {s.category}); }}")
-            out.append(f"int p{i}_exit(struct pt_regs *ctx) {{ return on_exit({i}, {s.category}, 0); }}")
+            out.append(f"int p{i}_enter(struct pt_regs *ctx) {{ return on_enter(ctx, {i}, {s.category}); }}")
+            out.append(f"int p{i}_exit(struct pt_regs *ctx) {{ return on_exit(ctx, {i}, {s.category}, 0); }}")
         elif s.kind == ENTER:
-            out.append(f"int p{i}_enter(struct pt_regs *ctx) {{ return on_enter({i}, {s.category}); }}")
+            out.append(f"int p{i}_enter(struct pt_regs *ctx) {{ return on_enter(ctx, {i}, {s.category}); }}")
         elif fw.is_guarded_exit(s):
-            out.append(f"int p{i}_exit(struct pt_regs *ctx) {{ return fw_wait_exit({i}, {s.category}); }}")
+            out.append(f"int p{i}_exit(struct pt_regs *ctx) {{ return fw_wait_exit(ctx, {i}, {s.category}); }}")
         elif s.kind == EXIT:
-            out.append(f"int p{i}_exit(struct pt_regs *ctx) {{ return on_exit({i}, {s.category}, 1); }}")
+            out.append(f"int p{i}_exit(struct pt_regs *ctx) {{ return on_exit(ctx, {i}, {s.category}, 1); }}")
         elif s.kind == RANGE_BEGIN:
             out.append(f"int p{i}_range_begin(struct pt_regs *ctx) {{ return emit(ctx, {i}, EV_RANGE_BEGIN, 1); }}")
         elif s.kind == RANGE_END:
             out.append(f"int p{i}_range_end(struct pt_regs *ctx) {{ return emit(ctx, {i}, EV_RANGE_END, 0); }}")
         elif s.kind == COUNT:
-            out.append(f"int p{i}_count(struct pt_regs *ctx) {{ return on_count({i}); }}")
+            out.append(f"int p{i}_count(struct pt_regs *ctx) {{ return on_count(ctx, {i}); }}")
     return "\n".join(out) + "\n"
 
 

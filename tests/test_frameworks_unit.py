@@ -104,7 +104,7 @@ def test_program_text_has_the_split_and_a_guarded_wait_exit():
     specs = catalog.builtin()
     text = program_text(specs)
     end = next(i for i, s in enumerate(specs) if FW.is_guarded_exit(s))
-    assert f"int p{end}_exit(struct pt_regs *ctx) {{ return fw_wait_exit({end}, 1); }}" in text
+    assert f"int p{end}_exit(struct pt_regs *ctx) {{ return fw_wait_exit(ctx, {end}, 1); }}" in text
     assert text.index("struct fwsplit {") < text.index("struct tstate {")
     assert "fw_enter(&s->fw" in text and "fw_time(&s->fw" in text
 

@@ -46,6 +46,7 @@ class Accounting:
         self.ops: dict[int, dict] = {}           # op id -> latest cumulative operation record
         self.sampler: dict | None = None         # the stack sampler's latest state, when one runs
         self.cost: dict | None = None            # cost_meter readings: target system time, monitor CPU, idle
+        self.prices: dict | None = None          # probe costs measured on the target's calls (probe_prices)
         self.event_drops = 0                     # events the kernel's buffer had no room for
         self.procs: list[dict] = []              # the job's processes (``process`` records), newest
 
@@ -69,6 +70,8 @@ class Accounting:
                     self.sampler = r["sampler"]
                 if "cost" in r:
                     self.cost = r["cost"]
+                if "prices" in r:
+                    self.prices = r["prices"]
                 if "procs" in r:
                     self.procs = r["procs"]
                 self.event_drops = r.get("event_drops", self.event_drops)

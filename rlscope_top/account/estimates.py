@@ -42,7 +42,7 @@ MIN_PART_WINDOW_NS = 50_000_000   # a part with less window time than this uses 
 MIN_WINDOW_TICKS = 20    # window ticks in the category before they scale the ``off`` estimates
 T95 = ((1, 12.71), (2, 4.30), (3, 3.18), (4, 2.78), (5, 2.57), (6, 2.45), (7, 2.36), (8, 2.31), (9, 2.26),
        (10, 2.23), (15, 2.13), (20, 2.09), (30, 2.04))   # two-sided Student's t, by degrees of freedom
-NTICK = 6                # tick places: python (frames read), backend, simulator, cuda_api, other, kernel
+NTICK = 7                # tick places: python (frames read), backend, simulator, cuda_api, other, kernel, probe trap
 
 
 def _zero() -> dict:

@@ -104,7 +104,7 @@ def _sources(acct: Accounting) -> dict:
     return src
 
 
-TICK_PLACES = ("python", "backend", "simulator", "cuda_api", "other", "kernel")
+TICK_PLACES = ("python", "backend", "simulator", "cuda_api", "other", "kernel", "probe_trap")
 
 
 def _where(th: dict) -> dict | None:
@@ -281,7 +281,8 @@ def figures(acct: Accounting, gpu: GpuView | None = None) -> dict:
                      "estimated_pct": round(100 * overhead_s / wall_s, 3) if wall_s else NA,
                      "by_category_s": correction,
                      "by_source_s": {k: round(v, 6) for k, v in by_source.items()},
-                     "calibrated": bool(meta.get("calibrated")), "detach_s": NA},
+                     "calibrated": bool(meta.get("calibrated")), "measured_prices": acct.prices or NA,
+                     "detach_s": NA},
         "budget": {"max_overhead_pct": meta.get("max_overhead_pct"),
                    "modes": {**{c: e["mode"] for c, e in acct.estimate_info().items()}, **acct.source_modes},
                    "samples": {c: acct.samples(c) for c in acct.modes},

@@ -19,6 +19,7 @@ from . import op_rules as rules
 from .budget import Budget
 from .cost_meter import CostMeter
 from .op_sources import OperationSources
+from . import probe_prices
 from .processes import Processes
 from .record_builder import META_PERIOD_S, RecordBuilder
 from .thread_fold import ExitedThreads, fold_all
@@ -67,6 +68,8 @@ class Collector(OperationSources, BudgetLoop, RecordBuilder):
         self._aops: dict[int, int] = {}          # tid -> annotated op at the latest read
         self._smp_window = (0.0, 0.0)            # (monotonic s, sampler CPU s) at the window start
         self.cost = CostMeter(pid)               # kernel time and CPU the probes' calibration does not see
+        self.prices = probe_prices.ProbePrices()  # probe costs measured on the target's own calls
+        self._last_price = 0.0
 
     def note(self, level: str, msg: str) -> None:
         """A notice: to the user (stderr, unless the screen owns the terminal) and to the ring."""
@@ -125,6 +128,7 @@ class Collector(OperationSources, BudgetLoop, RecordBuilder):
                 self.ring.write(self._meta())
                 self._last_meta = now
             self.probes.set_ranges(self.probes.category_ranges())     # a library that maps no probe counts too
+            self.probes.set_xol()
         if now - self._last_meta >= META_PERIOD_S:
             self._last_meta = now
             self.ring.write(self._meta())
@@ -134,6 +138,9 @@ class Collector(OperationSources, BudgetLoop, RecordBuilder):
         self.probes.forget_processes(self.processes.refresh(self.probes.pids()))
         ctr = self._counters()
         self._write_counters(ctr)
+        if now - self._last_price >= probe_prices.PERIOD_S:
+            self._last_price = now
+            probe_prices.reprice(self.prices, self.probes, ctr["threads"], now)
         for src in self.sources:
             src.tick()
         if not self._sample(now):

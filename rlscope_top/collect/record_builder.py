@@ -69,11 +69,24 @@ class RecordBuilder:
         cost = self.cost.read()
         if cost is not None:
             rec["cost"] = cost
+        if self.prices.trap_ticks:
+            rec["prices"] = self._prices()
         if self.sampler is not None:
             smp = self.sampler
             rec["sampler"] = {"tool": smp.tool, "hz": smp.hz, "samples": smp.total, "invalid": smp.invalid, "cpu_s": smp.cpu_s(),
                               "error": smp.error, "site_ticks": smp.site_ticks()}
         return rec
+
+    def _prices(self) -> dict:
+        """Probe costs measured on the target's calls (probe_prices.py): all trap ticks so far,
+        per probe part measured so far its ns per hit before and after its timestamp, and the
+        probes whose calibrated price the measurement raised, by how much."""
+        labels = {a.id: a.spec.label for a in self.probes.attached}
+        measured = {f"{labels.get(slot // 2, slot // 2)}:{'exit' if slot % 2 else 'enter'}": [round(x) for x in ns]
+                    for slot, ns in self.prices.prices(self.probes.calibrated_part_ns).items()}
+        raised = {a.spec.label: round(a.scale, 3) for a in self.probes.attached if a.scale != 1.0}
+        return {"trap_ticks": self.prices.trap_ticks, "ns_per_tick": round(self.prices.ns_per_tick),
+                "measured_ns": measured, "raised": raised}
 
     def _op_records(self, ops: dict[int, OpCounters]) -> list[dict]:
         if ops and any(i not in self.op_names for i in ops) and self.region is not None:

@@ -129,7 +129,7 @@ def render(summary: dict, console: Console | None = None) -> None:
     oh = summary["overhead"]
     pct = oh["estimated_pct"]
     console.print(f"probe hits {oh['probe_hits']:,}  estimated overhead {oh['estimated_s']:.3f}s"
-                  f" ({'n/a' if pct is None else f'{pct:.2f}%'} of wall time)  ring drops {summary['ring']['dropped']}",
+                  f" ({'n/a' if pct is None else f'{pct:.2f}%'} of wall time){_raised(oh)}  ring drops {summary['ring']['dropped']}",
                   soft_wrap=True)
     _render_job(summary, console)
     fw_line = FW.render_line(summary)
@@ -147,6 +147,15 @@ def _source_cell(summary: dict, c: str) -> str:
     src = summary["sources"].get(f"{c}_s", "")
     bound = (summary.get("estimates") or {}).get(c, {}).get("bound_pp")
     return f"{src} ±{bound:.1f}pp" if src == "estimated" and bound is not None else src
+
+
+def _raised(oh: dict) -> str:
+    """The probes whose calibrated price their measured traps raised (probe_prices.py)."""
+    raised = (oh.get("measured_prices") or {}).get("raised") or {}
+    if not raised:
+        return ""
+    top = sorted(raised.items(), key=lambda kv: -kv[1])[:3]
+    return "  priced up from their traps: " + ", ".join(f"{k} x{v:.2f}" for k, v in top)
 
 
 def _render_job(summary: dict, console: Console) -> None:

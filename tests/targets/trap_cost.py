@@ -1,0 +1,52 @@
+"""Back-to-back ~20 us simulator calls (tests/native/simlib.c ``sim_work``, whose first
+instruction is stepped out of line when probed), each batch timed on the target's own clock:
+what a probe costs a call is the time per call probed less unprobed
+(tests/test_ebpf_probe_prices.py).
+
+usage: trap_cost.py LIBTOYSIM LOG_JSON
+"""
+
+import json
+import os
+import signal
+import sys
+import time
+
+from common import load_simlib, ready
+
+lib = load_simlib(sys.argv[1])
+out = sys.argv[2]
+mono = time.monotonic_ns
+BATCH = 101
+
+
+def rounds_for(us: float) -> int:
+    best = min(_timed(lambda: lib.sim_work(10_000)) for _ in range(5))
+    return max(1, round(10_000 * us * 1e3 / best))
+
+
+def _timed(fn) -> int:
+    t0 = time.perf_counter_ns()
+    fn()
+    return time.perf_counter_ns() - t0
+
+
+ROUNDS = rounds_for(20.0)
+log = []        # (t0, t1, calls): one batch
+
+
+def dump(*_):
+    with open(out + ".tmp", "w") as f:
+        json.dump(log, f)
+    os.replace(out + ".tmp", out)
+    os._exit(0)
+
+
+signal.signal(signal.SIGTERM, dump)
+ready()
+sim = lib.sim_work
+while True:
+    t0 = mono()
+    for _ in range(BATCH):
+        sim(ROUNDS)
+    log.append((t0, mono(), BATCH))

@@ -1,0 +1,60 @@
+"""Probe costs measured on the target's own calls (rlscope_top/collect/probe_prices.py): the
+ticks that find a thread in a probe's trap raise a price the calibration set too low, so the
+overhead the tool reports, and takes out of the categories, is what the target paid."""
+
+from __future__ import annotations
+
+import json
+import signal
+import statistics
+import time
+
+import pytest
+
+from rlscope_top.collect.calibration import SCHEMA, machine_key
+from support import load_summary
+
+pytestmark = pytest.mark.ebpf
+LOW_NS = 50            # every probe kind's calibrated cost: far below any real trap (~1-10 us)
+
+
+def _low_calibration(path) -> str:
+    low = {"outside": LOW_NS, "inside": LOW_NS}
+    kinds = {k: dict(low) for k in ("bracket", "bracket_ool", "pair", "pair_ool", "bracket_torch")}
+    kinds["sched_switch"] = {"per_switch": 0}
+    path.write_text(json.dumps({"schema": SCHEMA, "machines": {machine_key(): {"kinds": kinds, "details": {}}}}))
+    return str(path)
+
+
+def _per_call_us(log: list, keep) -> float:
+    """Median over batches of the target's own time per call, for batches ``keep`` accepts."""
+    return statistics.median((t1 - t0) / n / 1e3 for t0, t1, n in log if keep(t0, t1))
+
+
+def test_a_too_low_calibration_is_raised_to_what_the_traps_cost(ebpf, target, monitor, tmp_path, simlib):
+    log_path = tmp_path / "log.json"
+    t = target("trap_cost.py", simlib, log_path)
+    time.sleep(2.0)                                     # unprobed batches
+    m, summary = monitor(t.pid, "--sim-lib", f"{simlib}:sim_work", "--max-overhead", "100", "--duration", "8",
+                         env={"RLSCOPE_CALIBRATION": _low_calibration(tmp_path / "calibration.json")})
+    assert m.finish(timeout=90) == 0, m.stderr_text
+    time.sleep(1.0)
+    t.finish(signal.SIGTERM)
+    s = load_summary(summary)
+    log = json.loads(log_path.read_text())
+    w0, w1 = s["window"]["t0_monotonic_ns"], s["window"]["t1_monotonic_ns"]
+    half = w0 + (w1 - w0) // 2                          # prices settle in the first seconds
+    probed = _per_call_us(log, lambda a, b: a >= half and b <= w1)
+    unprobed = _per_call_us(log, lambda a, b: b < w0 or a > w1)
+    paid = probed - unprobed
+    prices = s["overhead"]["measured_prices"]
+    raised = prices["raised"]["sim_work"]
+    entry, ret = (sum(prices["measured_ns"][f"sim_work:{p}"]) / 1e3 for p in ("enter", "exit"))
+    print(f"per call: unprobed {unprobed:.2f} us, probed {probed:.2f} us, paid {paid:.2f} us; measured traps "
+          f"entry {entry:.2f} + return {ret:.2f} us; calibrated {2 * LOW_NS / 1e3:.2f} us raised x{raised:.1f}")
+    assert paid > 1.0, "the probe pair should cost microseconds a call"
+    # The ticks see the kernel's part of a trap, not its cost to the code after it: a lower
+    # bound of what the target paid (92-97% of it on this loop, docs/overhead.md)
+    assert 0.6 * paid <= entry + ret <= 1.25 * paid
+    assert raised * 2 * LOW_NS / 1e3 == pytest.approx(entry + ret, rel=0.1)
+    assert s["calls"]["simulator"] > 10_000
