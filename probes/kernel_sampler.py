@@ -18,6 +18,7 @@ import time
 from typing import Callable
 
 from ..errors import NotReadablePython
+from .maps import SOP_BLOCKED
 from .pystack import Interpreter
 from .stack_sampler import StackCounts, StackSampler
 
@@ -25,7 +26,6 @@ DEPTH = 128                 # PYS_DEPTH in pystack.c
 REFRESH_S = 0.5             # new threads and processes are looked for this often
 POLL_MS = 50
 WHY_BLOCK, WHY_EXEC = 1, 2  # PYS_WHY_* in pystack.c
-SOP_BLOCKED = 0x80000000    # bpf_program.c: the op of a blocked sample, for the time off CPU
 MAX_STACKS = 100_000        # distinct stacks whose names and match are kept
 BLOCK_GAP_MIN_NS = 2_500_000  # least gap between a thread's blocked samples (what 100 Hz gave)
 _HEAD = struct.Struct("<QIIHBBI")          # struct pysample up to its frames
@@ -260,7 +260,8 @@ class KernelStackSampler(StackSampler):
             got = (frames, self.matcher.match(frames))
             if len(self._known) >= MAX_STACKS:
                 self._known.clear()
-            self._known[(tgid, raw)] = got
+            if not any(_unread(f) for f in frames):     # else read again: untaught, its next block
+                self._known[(tgid, raw)] = got        # would wait on this reader (up to POLL_MS)
             self._teach(tgid, codes, frames[::-1])
         frames, match = got
         if decided:                      # the kernel applied it as it read it: count it only
@@ -281,7 +282,7 @@ class KernelStackSampler(StackSampler):
             key = (tgid, code)
             if key in self._taught:
                 continue
-            if name.startswith("?") or name.endswith(":?"):
+            if _unread(name):
                 continue                 # not readable now: ask again next time
             rule = self.matcher.frame_rule(name)
             k = table.Key()
@@ -318,3 +319,8 @@ class KernelStackSampler(StackSampler):
         self._prev[tid] = (ts, frames)
         if prev is not None and ts > prev[0]:
             self.stacks.add(pid, tid, prev[1], (ts - prev[0]) // 1000)
+
+
+def _unread(frame: str) -> bool:
+    """A frame name the interpreter could not be read for (yet)."""
+    return frame.startswith("?") or frame.endswith(":?")

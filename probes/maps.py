@@ -20,6 +20,7 @@ NTICK = 7       # on-CPU ticks per thread: Python (its frames read: bpf_program.
 NRANGES = 64    # executable mappings the tick can tell apart
 EV_RANGE_BEGIN, EV_RANGE_END, EV_THREAD_EXIT = 1, 2, 3
 EV_ENTER, EV_EXIT, EV_ON, EV_OFF, EV_NEW, EV_OP = 5, 6, 7, 8, 9, 10
+SOP_BLOCKED = 0x80000000    # bpf_program.c: the op of a blocked sample, for the time off CPU
 
 
 @dataclasses.dataclass
@@ -43,6 +44,7 @@ class ThreadCounters:
     ticks: list[int] = dataclasses.field(default_factory=lambda: [0] * NTICK)   # on-CPU ticks by where (TICK_*)
     switches: int = 0         # context switches out (the scheduler probe's cost)
     preempt_ns: int = 0       # off-CPU time while runnable (waiting for a CPU)
+    op_now: int = 0           # the operation the kernel charges the thread's time to now (cur_op)
 
 
 @dataclasses.dataclass
@@ -71,6 +73,16 @@ def exec_ranges(pid: int) -> list[tuple[int, int, str]]:
     except OSError:
         pass
     return out
+
+
+def _cur_op(s) -> int:
+    """bpf_program.c cur_op: the annotation, else the op its stack showed as it blocked while it
+    is still off CPU, else the one its last sample named."""
+    if s.aop:
+        return s.aop
+    if s.sop_off & SOP_BLOCKED and s.run == 0:
+        return s.sop_off & ~SOP_BLOCKED
+    return s.sop_cur
 
 
 def uprobes_page(pid: int) -> tuple[int, int] | None:
@@ -135,7 +147,7 @@ class MapAccess:
                 depth=[s.depth[c] for c in range(4)],
                 run=s.run, last_ts=s.last_ts, pyflag=bool(s.pyflag), exited=bool(s.exited),
                 aop=s.aop, opflag=bool(s.opflag), fw=_fw_counters(s.fw), ticks=list(s.ticks),
-                switches=s.switches, preempt_ns=s.preempt_ns))
+                switches=s.switches, preempt_ns=s.preempt_ns, op_now=_cur_op(s)))
         return out
 
     def category_ranges(self) -> list[tuple[int, int, int]]:

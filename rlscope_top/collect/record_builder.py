@@ -112,7 +112,11 @@ class RecordBuilder:
             ns[c][0 if on else 1] += now - tc.last_ts
             if c == catalog.CAT_BACKEND and tc.fw:     # the same time, to the open call's framework
                 tc.fw["ns"][tc.fw["cur"] % len(FW.SLOTS)][0 if on else 1] += now - tc.last_ts
-            op = (tc.tgid, self._op_of(tc.tid, tc.aop))
+            # the kernel's op (its state as of the last event), not the sampler's: a blocked
+            # sample the kernel named owns the wait only, and the sampler's idea stays the op
+            # the thread ran in (its open wait charged there read up to a sleep high at the end)
+            op = (tc.tgid, tc.op_now if self.sampler is not None and self.sampler.tool == "kernel"
+                  else self._op_of(tc.tid, tc.aop))
             if op in ops:
                 ops[op].ns[c][0 if on else 1] += now - tc.last_ts
         if tc.tid not in self._names:
