@@ -189,7 +189,7 @@ struct bpkey {
     u32 tgid;
     u32 pad;
 };
-BPF_HASH(bp_slots, struct bpkey, u32, 4096);
+BPF_TABLE("lru_hash", struct bpkey, u32, bp_slots, 4096);   // a process gone leaves its entries
 
 // part: which of the probe's costs its hits charge (0 enter_*, 1 exit_*); bp: a breakpoint at
 // the probed address (a uprobe), not a return (a uretprobe sees the return address).

@@ -31,6 +31,18 @@ def load_simlib(path: str) -> ctypes.CDLL:
     return lib
 
 
+def sim_rounds(lib: ctypes.CDLL, us: float) -> int:
+    """``sim_work`` rounds that take ``us`` microseconds now (the best of 5 tries)."""
+    best = min(_timed(lambda: lib.sim_work(10_000)) for _ in range(5))
+    return max(1, round(10_000 * us * 1e3 / best))
+
+
+def _timed(fn) -> int:
+    t0 = time.perf_counter_ns()
+    fn()
+    return time.perf_counter_ns() - t0
+
+
 def timer_cost() -> int:
     """What one CLOCK_MONOTONIC read adds to a logged interval (median of back-to-back pairs)."""
     mono = time.monotonic_ns

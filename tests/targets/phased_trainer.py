@@ -23,7 +23,7 @@ import signal
 import threading
 import time
 
-from common import load_simlib, timer_cost
+from common import load_simlib, sim_rounds, timer_cost
 
 import torch
 
@@ -68,19 +68,7 @@ def torch_op(k: int, a=a, w=w):
     return r
 
 
-def sim_rounds(us: float) -> int:
-    """sim_work rounds that take ``us`` microseconds now (the best of 5 tries)."""
-    best = min(_timed(lambda: lib.sim_work(10_000)) for _ in range(5))
-    return max(1, round(10_000 * us * 1e3 / best))
-
-
-def _timed(fn) -> int:
-    t0 = time.perf_counter_ns()
-    fn()
-    return time.perf_counter_ns() - t0
-
-
-SIM_ROUNDS = sim_rounds(args.sim_us)
+SIM_ROUNDS = sim_rounds(lib, args.sim_us)
 
 
 def collect_step() -> None:

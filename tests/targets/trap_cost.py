@@ -12,26 +12,13 @@ import signal
 import sys
 import time
 
-from common import load_simlib, ready
+from common import load_simlib, ready, sim_rounds
 
 lib = load_simlib(sys.argv[1])
 out = sys.argv[2]
 mono = time.monotonic_ns
 BATCH = 101
-
-
-def rounds_for(us: float) -> int:
-    best = min(_timed(lambda: lib.sim_work(10_000)) for _ in range(5))
-    return max(1, round(10_000 * us * 1e3 / best))
-
-
-def _timed(fn) -> int:
-    t0 = time.perf_counter_ns()
-    fn()
-    return time.perf_counter_ns() - t0
-
-
-ROUNDS = rounds_for(20.0)
+ROUNDS = sim_rounds(lib, 20.0)
 log = []        # (t0, t1, calls): one batch
 
 
