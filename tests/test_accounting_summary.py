@@ -84,6 +84,23 @@ def test_render_prints_categories_and_na(capsys):
     assert "simulator" in out and "n/a" in out and "1,009" in out and "Optimizer.step#SGD.step" in out
 
 
+def test_measured_prices_reach_the_summary_and_its_overhead_line(capsys):
+    from rich.console import Console
+    stream = _stream()
+    last = [r for r in stream if r["t"] == "ctr"][-1]
+    last["prices"] = {"trap_ticks": 211, "ns_per_tick": 4_000_000, "raised": {"sim_work": 2.47},
+                      "measured_ns": {"sim_work:enter": [880, 5625]}}
+    a = Accounting()
+    a.feed(stream)
+    s = S.build(a)
+    assert s["overhead"]["measured_prices"]["measured_ns"]["sim_work:enter"] == [880, 5625]
+    S.render(s, Console(width=200, force_terminal=False))
+    assert "priced up from their traps: sim_work x2.47" in capsys.readouterr().out
+    a = Accounting()
+    a.feed(_stream())                      # no trap seen: n/a, and no word of it on screen
+    assert S.build(a)["overhead"]["measured_prices"] is None
+
+
 def test_later_counters_replace_earlier_ones_so_drops_lose_no_totals():
     full, lossy = Accounting(), Accounting()
     stream = _stream()
