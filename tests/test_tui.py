@@ -58,6 +58,18 @@ async def test_rows_show_the_recorded_breakdown(ring, tmp_path):
 
 
 @pytest.mark.anyio
+async def test_header_names_probes_priced_from_their_traps(tmp_path):
+    recs = stream()
+    last = [r for r in recs if r["t"] == "ctr"][-1]
+    last["prices"] = {"trap_ticks": 97, "ns_per_tick": 4_000_000, "raised": {"sim_work": 2.5, "op begin": 1.2},
+                      "measured_ns": {}}
+    app = _app(write_ring(str(tmp_path / "ring-prices.bin"), recs), tmp_path)
+    async with app.run_test(size=(200, 40)) as pilot:
+        await pilot.pause()
+        assert "(2 probes priced from traps)" in str(app.query_one("#header").render())
+
+
+@pytest.mark.anyio
 async def test_sort_key_cycles_the_threads_table(ring, tmp_path):
     app = _app(ring, tmp_path)
     order = []

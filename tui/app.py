@@ -282,7 +282,7 @@ class RlscopeApp(App):
         line2 = (f"{self.player.status() + '  ' if self.player is not None else ''}"
                  f"up {s['uptime_s']:.0f}s  probes: {', '.join(s['groups']) or 'none yet'}  modes: {modes}  "
                  f"overhead {s['overhead_pct']:.1f}% (now {s['overhead_now_pct']:.1f}%)"
-                 f"{'' if s['calibrated'] else ' (uncalibrated)'}  "
+                 f"{'' if s['calibrated'] else ' (uncalibrated)'}{_priced_up(s.get('priced_up'))}  "
                  f"drops {s['dropped']}{'  [paused]' if self.paused else ''}")
         self.query_one("#header", Static).update(Text.assemble(line1, "\n", line2))
 
@@ -464,3 +464,10 @@ class RlscopeApp(App):
 
 
 __all__ = ["RlscopeApp", "LABELS", "stacked_bar", "spark"]
+
+
+def _priced_up(labels: list | None) -> str:
+    """The probes whose measured traps raised their calibrated price (the summary names them)."""
+    if not labels:
+        return ""
+    return f" ({len(labels)} probe{'s' if len(labels) > 1 else ''} priced from traps)"

@@ -143,6 +143,7 @@ class ViewModel:
             "pid": s["pid"], "command": s["command"], "uptime_s": self.books.cpu.duration_s,
             "groups": sorted(meta.get("groups", {})),
             "modes": s["budget"]["modes"], "calibrated": s["overhead"]["calibrated"],
+            "priced_up": sorted(((s["overhead"].get("measured_prices") or {}).get("raised") or {})),
             # the session's self-reported overhead (as the summary has it) and the latest window's
             "overhead_pct": s["overhead"]["estimated_pct"] or 0.0, "overhead_now_pct": self.books.cpu.live_overhead_pct,
             "dropped": self.reader.dropped,
