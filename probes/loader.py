@@ -399,12 +399,7 @@ class ProbeSet(MapAccess):
     def _cost_now(self, a: Attached) -> int:
         """Cost of one hit of the parts of a probe that are attached now."""
         c = self._costs(a)
-        if len(a.parts) == a.spec.n_attach:
-            if a.spec.kind == PAIR:
-                return sum(c.values())
-            return c["exit_before"] + c["exit_after"] if a.spec.kind == EXIT else c["enter_before"] + c["enter_after"]
-        return sum(c[f"{p}_before"] + c[f"{p}_after"] for p in ("enter", "exit")
-                   if ("entry" if p == "enter" else "exit") in a.parts)
+        return sum(_fields_ns(c, f) for f in self._charged(a))
 
     def _costs(self, a: Attached) -> dict:
         """The four cost fields of a probe: calibrated, times its measured scale."""
@@ -429,9 +424,7 @@ class ProbeSet(MapAccess):
         a = next((a for a in self.attached if a.id == slot // 2), None)
         if a is None:
             return 0.0
-        c = self.calibration.cost(a.spec.kind, a.emulated, a.spec.group)
-        fields = "exit" if slot % 2 else "enter"
-        return c[f"{fields}_before"] + c[f"{fields}_after"]
+        return _fields_ns(self.calibration.cost(a.spec.kind, a.emulated, a.spec.group), slot % 2)
 
     def reprice(self, measured: dict[int, float], change: float = 0.05) -> int:
         """Raise the price of each probe whose traps, measured on the target's own calls,
@@ -482,6 +475,12 @@ class ProbeSet(MapAccess):
 def _lib_matches(spec: ProbeSpec, path: str, copies: dict[str, frozenset[str]]) -> bool:
     """A probe goes into a library named by its pattern, or one that carries a copy of its symbol."""
     return spec.matches(path) or (spec.any_lib and spec.symbol in copies.get(path, ()))
+
+
+def _fields_ns(cost: dict, exit_fields: int) -> int:
+    """One hit's cost in a probe's enter (0) or exit (1) fields, both sides of its timestamp."""
+    f = "exit" if exit_fields else "enter"
+    return cost[f"{f}_before"] + cost[f"{f}_after"]
 
 
 def _parts(spec: ProbeSpec) -> tuple[str, ...]:

@@ -179,10 +179,13 @@ class MapAccess:
         self.bpf["nranges"][ct.c_int(0)] = ct.c_uint(min(len(ranges), NRANGES))
 
     def set_xol(self) -> None:
-        """Tell the tick where the target's uprobes page is (it appears at the first trap that
-        needs it; the kernel puts it in the top page when that is free)."""
+        """Tell the tick where the target's uprobes page is. It appears at the first trap that
+        needs it and stays for the life of the process (the kernel puts it in the top page when
+        that is free): /proc/PID/maps is read until it is found, not after."""
+        if self._xol_set is not None:
+            return
         r = uprobes_page(self.pid)
-        if r is not None and r != self._xol_set:
+        if r is not None:
             self._xol_set = r
             self.bpf["xol"][ct.c_int(0)] = self.bpf["xol"].Leaf(r[0], r[1], 0, 0)
 

@@ -35,6 +35,7 @@ class ProbePrices:
         self._prev: tuple[dict, dict, int] | None = None
         self.ns_per_tick = 0.0
         self.trap_ticks = 0         # all trap ticks so far (named or not)
+        self.last: dict[int, tuple[float, float]] = {}   # the prices the last reprice() read
         self._t = 0.0
 
     def update(self, hits: dict[int, int], ticks: dict[int, int], unnamed: int, ns_per_tick: float,
@@ -117,4 +118,5 @@ def reprice(prices: ProbePrices, probes, rows: list[dict], now: float) -> int:
     """
     hits, ticks, unnamed = probes.trap_counts()
     prices.update(hits, ticks, unnamed, ns_per_tick(rows), now)
-    return probes.reprice({slot: sum(ns) for slot, ns in prices.prices(probes.calibrated_part_ns).items()})
+    prices.last = prices.prices(probes.calibrated_part_ns)
+    return probes.reprice({slot: sum(ns) for slot, ns in prices.last.items()})

@@ -83,7 +83,7 @@ class RecordBuilder:
         probes whose calibrated price the measurement raised, by how much."""
         labels = {a.id: a.spec.label for a in self.probes.attached}
         measured = {f"{labels.get(slot // 2, slot // 2)}:{'exit' if slot % 2 else 'enter'}": [round(x) for x in ns]
-                    for slot, ns in self.prices.prices(self.probes.calibrated_part_ns).items()}
+                    for slot, ns in self.prices.last.items()}
         raised = {a.spec.label: round(a.scale, 3) for a in self.probes.attached if a.scale != 1.0}
         return {"trap_ticks": self.prices.trap_ticks, "ns_per_tick": round(self.prices.ns_per_tick),
                 "measured_ns": measured, "raised": raised}
