@@ -89,12 +89,19 @@ def uprobes_page(pid: int) -> tuple[int, int] | None:
     """(start, end) of a process's ``[uprobes]`` mapping, or None before its first trap."""
     try:
         with open(f"/proc/{pid}/maps") as f:
-            for line in f:
-                if line.rstrip().endswith("[uprobes]"):
-                    a, b = line.split(None, 1)[0].split("-")
-                    return int(a, 16), int(b, 16)
+            return find_uprobes_page(f)
     except OSError:
-        pass
+        return None
+
+
+def find_uprobes_page(lines) -> tuple[int, int] | None:
+    """The ``[uprobes]`` range in /proc/PID/maps lines. The name must be the whole path field:
+    a file the target maps may be called ``/tmp/x [uprobes]``."""
+    for line in lines:
+        parts = line.split(None, 5)
+        if len(parts) == 6 and parts[5].rstrip("\n") == "[uprobes]":
+            a, b = parts[0].split("-")
+            return int(a, 16), int(b, 16)
     return None
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rlscope_top.collect.probe_prices import HALF_LIFE_S, MIN_TRAP_TICKS, ProbePrices, ns_per_tick
+from rlscope_top.probes.maps import find_uprobes_page
 
 TICK = 4_000_000       # ns per tick at 250 Hz
 
@@ -50,3 +51,12 @@ def test_ns_per_tick_is_the_threads_on_cpu_time_over_their_ticks():
             {"ns": [[4_000_000, 0]] * 4, "ticks": None}]
     assert ns_per_tick(rows) == pytest.approx(4_000_000)
     assert ns_per_tick([]) == 0.0
+
+
+def test_the_uprobes_page_is_the_kernel_s_mapping_not_a_file_named_like_it():
+    maps = ["55d0c0a00000-55d0c0a01000 r-xp 00001000 fd:01 42 /tmp/x [uprobes]\n",
+            "7f0000000000-7f0000001000 r-xp 00000000 fd:01 43 /tmp/[uprobes]\n",
+            "7fffffffe000-7ffffffff000 r-xp 00000000 00:00 0                          [uprobes]\n"]
+    assert find_uprobes_page(maps) == (0x7FFFFFFFE000, 0x7FFFFFFFF000)
+    assert find_uprobes_page(maps[:2]) is None
+    assert find_uprobes_page(["garbage\n", ""]) is None
