@@ -12,8 +12,10 @@ Checks (each one's result, or why it could not run, lands in the JSON):
               what the first second after enabling missed
   native      a CUDA C program (nvcc, when the machine has it): kernels under `run` and
               with `attach --gpu-activity`
+  subscriber_conflict  `attach --gpu-activity` to a job whose torch.profiler holds CUPTI
 
-usage: sudo python bench/gpu_validate.py --out /path/result.json [--quick]
+usage: sudo python bench/gpu_validate.py --out /path/result.json [--quick] [--calibrate]
+       [--deadline-s S] [--end-s S]   (run it from outside the checkout: cd /tmp)
 """
 
 from __future__ import annotations
@@ -69,6 +71,17 @@ def summary_of(path: str) -> dict:
         return json.load(f)
 
 
+GPU_KEYS = ("source", "notice", "mode", "windows", "complete", "lost", "agent", "kernels", "busy_s", "busy_pct",
+            "cuda_api", "nvml", "contrast", "window")
+
+
+def gpu_facts(sm: dict) -> dict:
+    """The summary's GPU section without its long lists, plus the overhead's parts."""
+    g = sm.get("gpu") or {}
+    return {"gpu": {k: g.get(k) for k in GPU_KEYS}, "overhead": {k: sm.get("overhead", {}).get(k) for k in
+            ("estimated_pct", "by_source_s", "measured_prices")}, "totals": sm.get("totals")}
+
+
 def versions() -> dict:
     smi = sh(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"], 30)
     tv = sh([PY, "-c", "import torch; print(torch.__version__, torch.version.cuda, torch.cuda.is_available())"], 120)
@@ -91,10 +104,19 @@ def counts(tmp: str, steps: int) -> dict:
     prof = last_json(sh([PY, LOOP, str(steps), "--torch-profiler"], cwd=tmp).stdout)
     expected = (prof["profiler_kernels"] or 0) + warm["gpu"]["kernels"]
     g = full["gpu"]
+
+    def acts(sm: dict) -> int:
+        a = sm["operations"]["<all>"]["gpu"]
+        return a["kernels"] + a["memcpys"] + a["memsets"]
+
+    # Both the 0-step run and the profiled window end with loss.item()'s one copy; the full run has one.
+    expected_acts = (prof.get("profiler_activities") or 0) + acts(warm) - 1
     return {"warmup_kernels": warm["gpu"]["kernels"], "profiler_kernels_in_window": prof["profiler_kernels"],
             "expected": expected, "counted": g["kernels"], "exact": g["kernels"] == expected,
+            "activities_expected": expected_acts, "activities_counted": acts(full),
+            "activities_exact": acts(full) == expected_acts,
             "complete": g["complete"], "lost": g["lost"], "mode": g["mode"], "joined": full["operations"]["<all>"]
-            ["gpu"]["joined"], "agent": g["agent"], "seconds_under_run": out["seconds"]}
+            ["gpu"]["joined"], "agent": g["agent"], "seconds_under_run": out["seconds"], "facts": gpu_facts(full)}
 
 
 def speed_loop(tmp: str, steps: int, reps: int) -> dict:
@@ -112,9 +134,17 @@ def speed_loop(tmp: str, steps: int, reps: int) -> dict:
             "self_report_pct": reported, "runs": res}
 
 
+END = [float("inf")]   # --end-s: the monotonic time every check must be done by
+
+
+def left(cap: float) -> float:
+    return max(5.0, min(cap, END[0] - time.monotonic()))
+
+
 def speed_ppo(tmp: str, steps: int) -> dict:
     out = {}
-    for mode in ("plain", "run", "torch.profiler"):
+    for i, mode in enumerate(("plain", "run", "torch.profiler")):
+        cap = left(240) if mode == "torch.profiler" else left(240) / (2.5 if i == 0 else 1.3)
         cmd = [PY, SB3, "ppo", "CartPole-v1", str(steps), "--device", "cuda"]
         if mode == "torch.profiler":
             cmd.append("--torch-profiler")
@@ -122,7 +152,7 @@ def speed_ppo(tmp: str, steps: int) -> dict:
         if mode == "run":
             cmd = [*RLS, "run", "--headless", "-q", "--summary", s, "--", *cmd]
         try:
-            p = subprocess.run(cmd, input="go\n", capture_output=True, text=True, timeout=240, cwd=tmp)
+            p = subprocess.run(cmd, input="go\n", capture_output=True, text=True, timeout=cap, cwd=tmp)
             line = [ln for ln in p.stdout.splitlines() if ln.startswith("time ")][-1]
             out[mode] = {"learn_s": float(line.split()[1])}
             if mode == "run":
@@ -130,7 +160,7 @@ def speed_ppo(tmp: str, steps: int) -> dict:
                 out[mode].update(kernels=sm["gpu"]["kernels"], mode=sm["gpu"]["mode"],
                                  self_report_pct=sm["overhead"]["estimated_pct"], complete=sm["gpu"]["complete"])
         except (subprocess.TimeoutExpired, IndexError) as e:
-            out[mode] = {"error": f"{type(e).__name__}: did not finish in 240 s"}
+            out[mode] = {"error": f"{type(e).__name__}: did not finish in {cap:.0f} s"}
     if "learn_s" in out.get("plain", {}):
         for m in ("run", "torch.profiler"):
             if "learn_s" in out.get(m, {}):
@@ -161,6 +191,11 @@ def attach_cycles(tmp: str, cycles: int = 3) -> dict:
     try:
         read_for(6)
         before = _rate(lines, lines[0]["t"], lines[-1]["t"])
+        # The control: the same loop, not attached, as long as one cycle. A drift here is not ours
+        # (after detach the loop ran 10-13% slower three times on an H200, with no control run).
+        t_idle = time.monotonic()
+        read_for(14)
+        out["control_over_before"] = round((_rate(lines, t_idle + 10, time.monotonic()) or 0) / before, 3) if before else None
         for c in range(cycles):
             s = os.path.join(tmp, f"attach-{c}.json")
             m = subprocess.Popen([*RLS, "attach", str(loop.pid), "--gpu-activity", "--headless", "--duration", "8",
@@ -169,16 +204,25 @@ def attach_cycles(tmp: str, cycles: int = 3) -> dict:
             read_for(10)
             m.wait(timeout=120)
             t_off = time.monotonic()
+            err = m.stderr.read()[-400:]
+            if not os.path.exists(s):
+                out["cycles"].append({"rc": m.returncode, "stderr": err})
+                read_for(4)
+                continue
             sm = summary_of(s)
             read_for(4)
-            out["cycles"].append({"rate_attached": _rate(lines, t_on + 2, t_off - 1), "kernels": sm["gpu"]["kernels"],
+            on = [x["steps"] for x in lines if t_on <= x["t"] <= t_off]
+            out["cycles"].append({"rc": m.returncode, "rate_attached": _rate(lines, t_on + 2, t_off - 1),
+                                  "kernels": sm["gpu"]["kernels"], "steps_while_on": on[-1] - on[0] if on else None,
                                   "mode": sm["gpu"]["mode"], "notice": sm["gpu"]["notice"],
                                   "self_report_pct": sm["overhead"]["estimated_pct"], "complete": sm["gpu"]["complete"],
-                                  "stderr": m.stderr.read()[-400:]})
+                                  "program": (sm.get("probes") or {}).get("program"), "stderr": err,
+                                  **({"facts": gpu_facts(sm)} if c == 0 else {})})
         after = _rate(lines, lines[-1]["t"] - 4, lines[-1]["t"])
-        out.update(rate_before=before, rate_after=after, after_over_before=round(after / before, 3) if before else None,
-                   attached_over_before=[round(x["rate_attached"] / before, 3) if before and x["rate_attached"] else None
-                                         for x in out["cycles"]], survived=loop.poll() is None)
+        out.update(rate_before=before, rate_after=after,
+                   after_over_before=round(after / before, 3) if before and after else None,
+                   attached_over_before=[round(x["rate_attached"] / before, 3) if before and x.get("rate_attached")
+                                         else None for x in out["cycles"]], survived=loop.poll() is None)
     finally:
         loop.send_signal(signal.SIGTERM)
         loop.wait(timeout=30)
@@ -211,19 +255,58 @@ def native(tmp: str) -> dict:
     return res
 
 
+PROFILED_FOREVER = r"""
+import sys, time, torch
+x = torch.randn(256, device="cuda")
+with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]):
+    print("ready", flush=True)
+    end = time.monotonic() + float(sys.argv[1])
+    while time.monotonic() < end:
+        x.add_(1); torch.cuda.synchronize(); time.sleep(0.001)
+"""
+
+
+def subscriber_conflict(tmp: str) -> dict:
+    """`attach --gpu-activity` to a job whose torch.profiler holds CUPTI: what it says."""
+    job = subprocess.Popen([PY, "-c", PROFILED_FOREVER, "25"], stdout=subprocess.PIPE, text=True, cwd=tmp)
+    try:
+        job.stdout.readline()
+        s = os.path.join(tmp, "conflict.json")
+        a = sh([*RLS, "attach", str(job.pid), "--gpu-activity", "--headless", "--duration", "4", "--summary", s],
+               90, cwd=tmp)
+        sm = summary_of(s) if os.path.exists(s) else {}
+        return {"rc": a.returncode, "stderr": a.stderr[-500:], "notice": (sm.get("gpu") or {}).get("notice"),
+                "kernels": (sm.get("gpu") or {}).get("kernels"), "job_alive": job.poll() is None}
+    finally:
+        job.kill()
+        job.wait()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--quick", action="store_true", help="fewer steps and repetitions")
+    ap.add_argument("--deadline-s", type=float, default=0, help="skip the checks that would start after this")
+    ap.add_argument("--end-s", type=float, default=0, help="PPO's runs are cut to end by this")
+    ap.add_argument("--calibrate", action="store_true", help="run `rlscope-top calibrate` first (about a minute)")
     a = ap.parse_args()
     steps, reps, ppo = (300, 1, 2048) if a.quick else (2000, 3, 8192)
     result: dict = {}
-    checks = [("versions", versions), ("counts", lambda t: counts(t, steps)),
-              ("speed_launch_loop", lambda t: speed_loop(t, steps, reps)), ("attach", attach_cycles),
-              ("native", native), ("speed_ppo", lambda t: speed_ppo(t, ppo))]
+    checks = [("versions", versions), ("counts", lambda t: counts(t, steps)), ("attach", attach_cycles),
+              ("speed_launch_loop", lambda t: speed_loop(t, steps, reps)), ("native", native),
+              ("subscriber_conflict", subscriber_conflict), ("speed_ppo", lambda t: speed_ppo(t, ppo))]
+    start = time.monotonic()
+    if a.calibrate:      # the self-report prices probes from this machine's calibration (about 1 min)
+        c = sh([*RLS, "calibrate"], 180)
+        result["calibrate"] = {"rc": c.returncode, "out": (c.stdout + c.stderr)[-1200:]}
+    if a.end_s:
+        END[0] = start + a.end_s
     with tempfile.TemporaryDirectory() as tmp:
         for name, fn in checks:
             t = time.monotonic()
+            if a.deadline_s and t - start > a.deadline_s:
+                result[name] = {"skipped": f"out of time ({t - start:.0f} s > --deadline-s)"}
+                continue
             try:
                 result[name] = fn() if name == "versions" else fn(tmp)
             except Exception as e:  # noqa: BLE001 - one failed check must not lose the others

@@ -49,6 +49,7 @@
 #define HEARTBEAT_GRACE_NS 10000000000ull   /* no monitor tick this long: stop tracing */
 #define EXIT_DRAIN_NS 3000000000ull         /* at exit, wait this long at most for the monitor to drain, */
 #define EXIT_CLAIM_NS 1000000000ull         /* and this long for one to appear */
+#define LAUNCH_CLAIM_NS 10000000000ull      /* `run`'s own child waits this long in cuInit for the monitor */
 
 _Static_assert(sizeof(struct rls_frame) == 16, "frame header");
 _Static_assert(sizeof(struct rls_name) == 16, "name header");
@@ -636,6 +637,20 @@ static void setup(void) {
 
 __attribute__((constructor)) static void agent_init(void) { setup(); }
 
+/* `rlscope-top run`'s own child (its parent is RLSCOPE_GPU_HOLD_PPID) waits in cuInit until
+ * the monitor claims the region: the monitor claims it once the probes are attached, so a
+ * program that is not Python (no sitecustomize hold) cannot make its kernels before the
+ * session starts and have them fall outside it. A grandchild never waits (nobody claims
+ * its region), nor does any process once its launcher is gone. */
+static void hold_for_claim(void) {
+    const char *ppid = getenv("RLSCOPE_GPU_HOLD_PPID");
+    if (!ppid || atoi(ppid) != (int)getppid() || H->state != RLS_STATE_TRACING)
+        return;
+    uint64_t until = now_ns() + LAUNCH_CLAIM_NS;
+    while (!__atomic_load_n(&H->monitor_pid, __ATOMIC_ACQUIRE) && now_ns() < until && atoi(ppid) == (int)getppid())
+        usleep(2000);
+}
+
 /* CUDA_INJECTION64_PATH: the driver calls this during cuInit. Tracing starts here in
  * launch mode, before the first kernel; the monitor has 10 s to take the region over. */
 EXPORT int InitializeInjection(void) {
@@ -650,6 +665,7 @@ EXPORT int InitializeInjection(void) {
         H->options |= RLS_OPT_API;
         __atomic_store_n(&H->heartbeat_ns, now_ns(), __ATOMIC_RELEASE);
         run(RLS_CMD_START);
+        hold_for_claim();
     }
     return 1;
 }

@@ -154,11 +154,17 @@ def test_gpu_activity_refuses_a_process_without_cuda_in_one_line(ebpf, target, t
     assert "librlscope_gpu" not in open(f"/proc/{t.pid}/maps").read()       # nothing was injected
 
 
-def test_run_times_a_cuda_program_that_is_not_python(ebpf, gpu_native, tmp_path):
+@pytest.mark.parametrize("at_once", [False, True], ids=["after-attach", "at-once"])
+def test_run_times_a_cuda_program_that_is_not_python(ebpf, gpu_native, tmp_path, at_once):
+    """at-once: the program initialises CUDA and makes its kernels at once, as a real one does
+    (seen on an H200: all 1009 kernels came before the probes attached and none was counted).
+    Its cuInit waits for the monitor to claim the agent's region; then every kernel counts."""
     exe = tmp_path / "cuda_prog"
     subprocess.run(["gcc", "-O1", "-o", str(exe), str(REPO / "tests" / "native" / "cuda_prog.c"),
                     gpu_native["cuda"], f"-Wl,-rpath,{gpu_native['dir']}", "-ldl"], check=True)
     go, summary = tmp_path / "go", tmp_path / "prog.json"
+    if at_once:
+        go.touch()
     m = subprocess.Popen([*CLI, "run", "--headless", "--summary", str(summary), "--", str(exe),
                           gpu_native["cupti"], "101", str(go)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True, cwd=str(tmp_path), env={**os.environ, "RLSCOPE_CUPTI_LIB": gpu_native["cupti"]})

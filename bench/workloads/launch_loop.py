@@ -70,10 +70,16 @@ for _ in range(steps):
     loss = step()
 loss.item()                # one sync at the end, as a training loop logs (0 steps: the warm-up's)
 seconds = time.perf_counter() - t0
-kernels = None
+kernels = activities = None
 if ctx is not None:
     ctx.__exit__(None, None, None)
     if dev == "cuda":
-        kernels = sum(1 for e in ctx.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+        # The GPU lane also holds record_function ranges (`Optimizer.step#Adam.step`, one a
+        # step, seen on an H200): an event whose name is a CPU event's too is not an activity.
+        cuda = torch.autograd.DeviceType.CUDA
+        cpu_names = {e.name for e in ctx.events() if e.device_type != cuda}
+        gpu = [e.name for e in ctx.events() if e.device_type == cuda and e.name not in cpu_names]
+        activities = len(gpu)
+        kernels = sum(1 for n in gpu if not n.startswith(("Memcpy", "Memset")))
 print(json.dumps({"device": dev, "seconds": seconds, "steps": steps, "warmup_steps": WARMUP,
-                  "profiler_kernels": kernels}), flush=True)
+                  "profiler_kernels": kernels, "profiler_activities": activities}), flush=True)

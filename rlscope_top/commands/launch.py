@@ -8,7 +8,8 @@ The command starts with two things in its environment:
 - rlscope_top/_inject first on PYTHONPATH: a Python command's sitecustomize says hello
   with its PID and waits until the eBPF probes are attached, so nothing is missed. A
   command that is not Python (or runs ``python -S``/``-I``) never says hello: it is
-  attached to as it runs.
+  attached to as it runs, and its ``cuInit`` waits in the GPU agent until the monitor
+  claims it (``RLSCOPE_GPU_HOLD_PPID``), so no kernel comes before the session.
 
 The exit status of ``run`` is the command's (128+N when a signal N ended it).
 Ctrl-C in the terminal reaches the command directly (same process group); a SIGINT or
@@ -161,6 +162,7 @@ def child_env(base: dict[str, str], listener: LaunchListener, agent: str | None)
     if agent:
         env["CUDA_INJECTION64_PATH"] = agent
         env["RLSCOPE_GPU_AUTOSTART"] = "1"
+        env["RLSCOPE_GPU_HOLD_PPID"] = str(os.getpid())    # our own child waits in cuInit until claimed
         cupti = os.environ.get("RLSCOPE_CUPTI_LIB") or gpu_inject.local_cupti()
         if cupti:
             env["RLSCOPE_CUPTI_LIB"] = cupti
