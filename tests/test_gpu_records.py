@@ -15,6 +15,7 @@ from cupti import cupti as real  # noqa: E402
 import cupti_buffers as B  # noqa: E402
 from rlscope_top.collect import gpu_decode as D  # noqa: E402
 from rlscope_top.account.gpu_accounting import BusyUnion, GpuTotals  # noqa: E402
+from rlscope_top.account.gpu_figures import _lost  # noqa: E402
 from rlscope_top.collect.gpu_join import Joiner  # noqa: E402
 
 
@@ -213,3 +214,19 @@ def test_accounting_per_operation_figures(seq):
     rec = g.record(0)
     assert rec["top"][0][0].startswith("ampere_sgemm_32x32")
     assert rec["all"]["busy_ns"] == _merged_total(ivs) and rec["all"]["kernels"] == len(kernels)
+
+
+def test_a_late_record_inside_the_kept_minute_is_counted_not_lost():
+    """Seen on an H200: 4 set-up records a run came after the reorder window. They are counted
+    and binned, so `gpu.complete` stays true; only time reaching past the kept bins is lost."""
+    u = BusyUnion(bin_ns=1000, reorder_ns=0, keep_ns=10_000)
+    u.add(0, 5000)
+    u.finalize(50_000)
+    u.add(45_000, 46_000)       # late, within the kept bins
+    assert (u.late, u.clipped) == (1, 0)
+    u.add(100, 200)             # late, and older than the kept bins: its time cannot be binned
+    assert (u.late, u.clipped) == (2, 1)
+    assert u.total() == 5000 + 1000
+    assert _lost({"late": 4, "clipped": 0, "agent": {}}) == {"dropped_ring_full": 0, "dropped_by_cupti": 0,
+                                                             "undecodable": 0, "late": 0}
+    assert _lost({"late": 4, "clipped": 1, "agent": {}})["late"] == 1

@@ -82,6 +82,7 @@ class BusyUnion:
         self.done_until = 0          # the union before this instant is final (binned)
         self.newest = 0
         self.late = 0
+        self.clipped = 0             # late intervals that reached back past the kept bins: time lost
         self._merged: tuple[np.ndarray, np.ndarray] | None = None
 
     def add(self, a: int, b: int) -> None:
@@ -100,6 +101,7 @@ class BusyUnion:
         if late.any():               # arrived after its part of the timeline was binned
             self.late += int(late.sum())
             oldest = self.done_until - self.keep_ns      # older bins are folded: not re-opened
+            self.clipped += int((a[late] < oldest).sum())
             for x, y in zip(np.maximum(a[late], oldest).tolist(), np.minimum(b[late], self.done_until).tolist()):
                 self._bin(x, y, capped=True)
             a = np.maximum(a, self.done_until)
@@ -461,7 +463,7 @@ class GpuTotals:
         return G.totals(
             ts, all=self.all.figures(), ops={n: o.figures() for n, o in self.ops.items()},
             devices={str(d): o.figures() for d, o in sorted(self.devices.items())},
-            top=[[n, c, t] for n, (c, t) in top], late=self.all.busy.late,
+            top=[[n, c, t] for n, (c, t) in top], late=self.all.busy.late, clipped=self.all.busy.clipped,
             overlap={k: int(v) for k, v in overlap.items()},
             op_overlap={n: {k: int(x) for k, x in v.items()} for n, v in op_overlap.items()},
             live=self._live(ts), nvml=self._nvml_out(), sync={"ns": self.sync_ns, "calls": self.sync_calls},

@@ -57,7 +57,8 @@ def totals(ts: int, **fields) -> dict:
 
     Fields: ``all``/``ops``/``devices`` (kernels, kernel_ns, memcpys, memcpy_ns,
     memcpy_bytes, memsets, memset_ns, joined, kernels_joined, latency_ns, busy_ns),
-    ``top`` [[name, count, ns]], ``late``, ``overlap`` and ``op_overlap`` (ns by
+    ``top`` [[name, count, ns]], ``late`` (records after the reorder window), ``clipped``
+    (late ones whose time reached past the kept bins), ``overlap`` and ``op_overlap`` (ns by
     cpu_only/gpu_only/both/idle), ``live`` (the screen's "now" window), ``nvml`` (per
     device: n/sum/period of util, mem_util, sm_active, proc_sm; memory), ``sync``,
     ``status`` (per source, the latest ``gstat``) and ``agent`` (the GPU agent's counters).
