@@ -36,3 +36,25 @@ def test_each_tick_counts_for_the_operation_its_stack_shows(ebpf, target, monito
     # the boundary: a tick in the bytecode between the two calls may name either
     assert think["backend"] <= 0.05, (think, infer)
     assert infer["backend"] >= 0.4, (think, infer)
+
+
+def test_exact_mode_splits_fast_operations_by_their_own_ticks(ebpf, target, monitor):
+    """Exact mode times every category, but a sampled operation's time is still placed by
+    sample and hold: think() read 38-43% Backend beside infer(). With nothing estimated, the
+    sampled rows' split now follows their own ticks (rlscope_top/account/op_tick_split.py),
+    each row keeping its held time and each category its exact total."""
+    t = target("fast_ops.py")
+    m, summary = monitor(t.pid, "--op", "think=think", "--op", "infer=infer", "--duration", "8", "--headless",
+                         "--max-overhead", "100")
+    assert m.finish(timeout=120) == 0, m.stderr_text
+    s = load_summary(summary)
+    assert not s["budget"]["modes"], s["budget"]                          # exact: nothing estimated
+    ops, tot = s["operations"], s["operations"]["<all>"]
+    think, infer = ops["think"], ops["infer"]
+    print({"think": think["shares"], "infer": infer["shares"], "calls": (think["calls"], infer["calls"])})
+    assert think["shares"]["backend"] <= 0.05, think["shares"]
+    assert infer["shares"]["backend"] >= 0.4, infer["shares"]
+    assert think["calls"]["backend"] <= 0.05 * tot["calls"]["backend"], (think["calls"], tot["calls"])
+    rows = [o for n, o in ops.items() if n != "<all>"]
+    assert sum(o["backend_s"] for o in rows) == pytest.approx(tot["backend_s"], abs=0.002)   # totals kept
+    assert sum(o["calls"]["backend"] for o in rows) == tot["calls"]["backend"]

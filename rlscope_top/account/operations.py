@@ -11,11 +11,14 @@ Rules (docs/summary-schema.md, "operations"):
   follow the same rule.
 - When the budget estimated a category (count or off mode), each operation gets the
   estimate made from its own timed windows (rlscope_top/account/estimates.py).
+- When nothing was estimated and the kernel placed each tick by call site, sampled
+  operations' on-CPU split follows their own ticks (rlscope_top/account/op_tick_split.py).
 """
 
 from __future__ import annotations
 
 from ..vocab import CATEGORIES, NA, TRANSITIONS
+from .op_tick_split import split_by_ticks
 from ..ring.gpu_records import NONE_OP
 from ..ring.records import seconds as _s
 
@@ -39,9 +42,12 @@ def raw_rows(acct, measured: dict) -> list[dict]:
         rows.append({"name": o["name"], "kind": o.get("kind", ""), "source": o.get("src", "annotated"),
                      "samples": o.get("samples"), "samples_incl": o.get("samples_incl"), "nested": o.get("nested"),
                      "samples_total": o.get("samples_total"), "ns": ns,
-                     "calls": list(o["calls"]), "trans": [list(r) for r in o["trans"]]})
+                     "calls": list(o["calls"]), "trans": [list(r) for r in o["trans"]],
+                     "ticks": o.get("ticks"), "ticks_ok": o.get("ticks_ok", True)})
     m = measured
     _fit(rows, m["split"])
+    if not acct.estimates and acct.by_sites():       # estimates place their own time by the ticks
+        split_by_ticks(rows)
     rows.append({"name": NONE_OP, "kind": "", "source": "remainder", "samples": None,
                  "ns": {c: [max(0, m["split"][c][k] - sum(r["ns"][c][k] for r in rows)) for k in (0, 1)]
                         for c in CATEGORIES},

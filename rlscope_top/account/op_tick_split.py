@@ -1,0 +1,108 @@
+"""Sampled operations' category split from their own ticks (pure Python).
+
+A sampled operation's time is placed by sample and hold: the time between two samples goes
+to the operation the first one named. That is unbiased for how long each operation ran, but
+not for what ran inside it. When operations alternate faster than the samples, each one's
+held time is a mix of all of them: in exact mode the demo's `simulation` read 40% torch, and a
+pure-Python function beside a torch one read 43%.
+
+Where the kernel samples every CPU-clock tick and places it by call site (its stack
+sampler), each tick names its own operation and category. That is an unbiased sample of the
+split inside each operation. So the on-CPU split of the sampled rows is refit:
+- it starts from each row's held time shared out by its ticks (a few pseudo-ticks of its held
+  split keep a row with few ticks near where it was);
+- it is then scaled (iterative proportional fitting) until each row keeps its held on-CPU
+  time, and each category keeps its exact total over these rows.
+
+Calls and transitions into a category follow the rows' new time in it. The ``off`` and
+``count`` estimates already place their category's time by the ticks
+(rlscope_top/account/estimates.py); this does the same for the timed categories.
+"""
+
+from __future__ import annotations
+
+from ..vocab import CATEGORIES, NCAT
+
+PRIOR_TICKS = 5          # pseudo-ticks of the held split in each row's starting point
+ITERATIONS = 200
+TOLERANCE = 1e-6         # relative: rows and columns this close to their totals are done
+
+
+def split_by_ticks(rows: list[dict]) -> bool:
+    """Refit the on-CPU category split (and calls, transitions) of sampled rows in place.
+
+    Args:
+        rows: raw operation rows (rlscope_top/account/operations.py) with ``ticks``: the
+            operation's tick counts by place (python, backend, simulator, cuda_api, ...).
+
+    Returns:
+        Whether the rows were refit (two or more sampled rows with ticks).
+    """
+    picked = [r for r in rows if r.get("source") == "sampled" and r.get("ticks") and r.get("ticks_ok", True)]
+    if len(picked) < 2:
+        return False
+    held = [[r["ns"][c][0] for c in CATEGORIES] for r in picked]
+    row_tot = [sum(h) for h in held]
+    col_tot = [sum(h[i] for h in held) for i in range(NCAT)]
+    fit = _ipf([_seed(h, r["ticks"]) for h, r in zip(held, picked)], row_tot, col_tot)
+    for r, new in zip(picked, fit):
+        for i, c in enumerate(CATEGORIES):
+            r["ns"][c][0] = new[i]
+    _follow(picked, fit, col_tot)
+    return True
+
+
+def _seed(held: list[float], ticks: list[int]) -> list[float]:
+    """A row's held on-CPU time shared out by its ticks, with PRIOR_TICKS of its held split."""
+    total = sum(held)
+    if total <= 0:
+        return [0.0] * NCAT
+    t = [max(0, x) for x in ticks[:NCAT]]
+    n = sum(t) + PRIOR_TICKS
+    return [total * (t[i] + PRIOR_TICKS * held[i] / total) / n for i in range(NCAT)]
+
+
+def _ipf(m: list[list[float]], row_tot: list[float], col_tot: list[float]) -> list[list[float]]:
+    """Scale ``m`` until its rows sum to ``row_tot`` and its columns to ``col_tot``."""
+    for _ in range(ITERATIONS):
+        for j in range(NCAT):
+            s = sum(r[j] for r in m)
+            f = col_tot[j] / s if s > 0 else 0.0
+            for r in m:
+                r[j] *= f
+        done = True
+        for r, want in zip(m, row_tot):
+            s = sum(r)
+            if s > 0:
+                done = done and abs(s - want) <= TOLERANCE * max(want, 1.0)
+                f = want / s
+                r[:] = [x * f for x in r]
+        if done:
+            break
+    return m
+
+
+def _follow(rows: list[dict], fit: list[list[float]], col_tot: list[float]) -> None:
+    """Calls into a category, and transitions into it, follow the rows' time in it."""
+    for i in range(NCAT):
+        if col_tot[i] <= 0:          # no time in it here: its calls stay where they were counted
+            continue
+        w = [f[i] for f in fit]
+        for r, n in zip(rows, apportion(sum(r["calls"][i] for r in rows), w)):
+            r["calls"][i] = n
+        for a in range(NCAT):
+            for r, n in zip(rows, apportion(sum(r["trans"][a][i] for r in rows), w)):
+                r["trans"][a][i] = n
+
+
+def apportion(total: int, weights: list[float]) -> list[int]:
+    """``total`` split in proportion to ``weights`` into integers that add up to it
+    (largest remainder)."""
+    s = sum(weights)
+    if total <= 0 or s <= 0:
+        return [0] * len(weights)
+    exact = [total * w / s for w in weights]
+    out = [int(x) for x in exact]
+    for k in sorted(range(len(exact)), key=lambda k: out[k] - exact[k])[:total - sum(out)]:
+        out[k] += 1
+    return out

@@ -1,0 +1,72 @@
+"""``off`` mode: an operation's estimated calls follow its own time in the category.
+
+The demo showed `simulation` (1% torch time) with 122k torch calls/s, the same rate as every
+other operation: the calls were its share of wall time at the windows' calls per ns of all
+time, and in those windows sample-and-hold had moved the loop's torch calls into it.
+
+Known answer by construction: a collect operation (80 ms Python, 120 ms torch: 12,000 calls a
+stretch) and a simulation (8 ms Python, 4 ms torch: 400 calls, 388 ms simulator). In the
+timed windows the held operation moved 26 ms of collect's torch time and 2,600 calls into the
+simulation (and 26 ms of simulator time the other way). Between windows, the ticks are placed
+by call site. Each operation must get the calls of its own torch time, and the total must
+stay what it was.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from rlscope_top.account.estimates import NTICK, CategoryEstimate
+from rlscope_top.vocab import NCAT
+
+PY, BE, SIM = 0, 1, 2
+MS = 1_000_000
+STRETCH_NS = 600 * MS
+STRETCHES = 24                                   # a window, then three stretches off
+
+
+def _counters(name: str | None = None) -> dict:
+    c = {"ns": [[0, 0] for _ in range(NCAT)], "oh": [0] * NCAT, "calls": [0] * NCAT,
+         "trans": [[0] * NCAT for _ in range(NCAT)], "ticks": [0] * NTICK}
+    if name:
+        c["name"] = name
+    else:
+        c["py"] = True
+    return c
+
+
+def _add(c: dict, ns: dict, calls: int, ticks: dict) -> None:
+    for cat, v in ns.items():
+        c["ns"][cat][0] += v
+    c["calls"][BE] += calls
+    c["trans"][PY][BE] += calls
+    for cat, n in ticks.items():
+        c["ticks"][cat] += n
+
+
+# (ns by category, torch calls counted) per stretch, as the kernel splits it into the two ops
+WINDOW = {"collect": ({PY: 80 * MS, BE: 94 * MS, SIM: 26 * MS}, 9_400),
+          "simulation": ({PY: 8 * MS, BE: 30 * MS, SIM: 362 * MS}, 3_000)}
+OFF = {"collect": ({PY: 200 * MS}, 0), "simulation": ({PY: 12 * MS, SIM: 388 * MS}, 0)}
+TICKS = {"collect": {PY: 20, BE: 30}, "simulation": {PY: 2, BE: 1, SIM: 97}}   # 4 ms each, by call site
+
+
+def test_off_mode_calls_follow_each_operations_own_time_in_the_category():
+    th, ops = _counters(), {1: _counters("collect"), 2: _counters("simulation")}
+    est, ts = CategoryEstimate(BE, 0), 0
+    est.by_sites = True
+    for i in range(STRETCHES):
+        parts = WINDOW if i % 4 == 0 else OFF
+        for key, name in ((1, "collect"), (2, "simulation")):
+            ns, calls = parts[name]
+            _add(ops[key], ns, calls, TICKS[name])
+            _add(th, ns, calls, TICKS[name])
+        ts += STRETCH_NS
+        est.change("timed" if i % 4 == 3 else "off", ts, {7: copy.deepcopy(th)}, copy.deepcopy(ops))
+    ex, ext, _ = est.now({7: th}, ops, ts)
+    off_stretches = STRETCHES - STRETCHES // 4
+    assert round(ex["simulation"].calls) == off_stretches * 400        # was 18 x 3,000: sample-and-hold's
+    assert round(ex["collect"].calls) == off_stretches * 12_000
+    assert round(ex["simulation"].trans[PY]) == off_stretches * 400
+    assert round(ext[7].calls) == off_stretches * 12_400                # the thread's total: unchanged
+    assert round(ex["simulation"].ns[0]) == off_stretches * 4 * MS      # its torch time, from its ticks
