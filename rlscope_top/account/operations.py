@@ -11,8 +11,8 @@ Rules (docs/summary-schema.md, "operations"):
   follow the same rule.
 - When the budget estimated a category (count or off mode), each operation gets the
   estimate made from its own timed windows (rlscope_top/account/estimates.py).
-- When nothing was estimated and the kernel placed each tick by call site, sampled
-  operations' on-CPU split follows their own ticks (rlscope_top/account/op_tick_split.py).
+- When the kernel placed each tick by call site, sampled operations' on-CPU split (the
+  estimates given back included) follows their own ticks (rlscope_top/account/op_tick_split.py).
 """
 
 from __future__ import annotations
@@ -46,8 +46,6 @@ def raw_rows(acct, measured: dict) -> list[dict]:
                      "ticks": o.get("ticks"), "ticks_ok": o.get("ticks_ok", True)})
     m = measured
     _fit(rows, m["split"])
-    if not acct.estimates and acct.by_sites():       # estimates place their own time by the ticks
-        split_by_ticks(rows)
     rows.append({"name": NONE_OP, "kind": "", "source": "remainder", "samples": None,
                  "ns": {c: [max(0, m["split"][c][k] - sum(r["ns"][c][k] for r in rows)) for k in (0, 1)]
                         for c in CATEGORIES},
@@ -55,6 +53,8 @@ def raw_rows(acct, measured: dict) -> list[dict]:
                  "trans": [[max(0, m["trans"][a][b] - sum(r["trans"][a][b] for r in rows)) for b in range(4)]
                            for a in range(4)]})
     _apply_estimates(rows, acct.part_extras())
+    if acct.by_sites():
+        split_by_ticks(rows)
     return rows
 
 
