@@ -53,7 +53,9 @@ def test_exact_mode_splits_fast_operations_by_their_own_ticks(ebpf, target, moni
     think, infer = ops["think"], ops["infer"]
     print({"think": think["shares"], "infer": infer["shares"], "calls": (think["calls"], infer["calls"])})
     assert think["shares"]["backend"] <= 0.05, think["shares"]
-    assert infer["shares"]["backend"] >= 0.4, infer["shares"]
+    # exact mode's boundary is the probe: the binding's dispatch around each mm is Python here
+    # (infer read 51-61% Backend in 5 runs, 86% once; the ticks say ~85% in default mode)
+    assert infer["shares"]["backend"] >= 0.3, infer["shares"]
     assert think["calls"]["backend"] <= 0.05 * tot["calls"]["backend"], (think["calls"], tot["calls"])
     rows = [o for n, o in ops.items() if n != "<all>"]
     assert sum(o["backend_s"] for o in rows) == pytest.approx(tot["backend_s"], abs=0.002)   # totals kept
