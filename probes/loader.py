@@ -431,7 +431,8 @@ class ProbeSet(MapAccess):
         cost more than the calibration says (rlscope_top/collect/probe_prices.py). The ticks
         see the kernel's part of a trap only, not its cost to the code after it (caches, a
         flushed TLB): a lower bound, so a price is raised to it and never lowered. Its
-        calibrated split before/after the timestamp stays.
+        calibrated split before/after the timestamp stays. A part not measured yet (its return
+        trap is cheap: 20 ticks can take longer than a session) counts at its calibrated price.
 
         Args:
             measured: ns per hit by part slot (probe id * 2, + 1 for the exit fields).
@@ -444,10 +445,12 @@ class ProbeSet(MapAccess):
         for a in self.attached:
             fields = self._charged(a)
             m = [measured.get(a.id * 2 + f) for f in fields]
-            if not fields or any(x is None for x in m):
+            if not fields or all(x is None for x in m):
                 continue
-            cal = sum(self.calibrated_part_ns(a.id * 2 + f) for f in fields)
-            k = max(1.0, sum(m) / cal) if cal > 0 else 1.0
+            cal_parts = [self.calibrated_part_ns(a.id * 2 + f) for f in fields]
+            cal = sum(cal_parts)
+            got = sum(c if x is None else x for x, c in zip(m, cal_parts))
+            k = max(1.0, got / cal) if cal > 0 else 1.0
             if abs(k - a.scale) > change * a.scale:
                 a.scale = k
                 self._write_cost(a.id, self._costs(a))

@@ -35,7 +35,7 @@ def test_a_too_low_calibration_is_raised_to_what_the_traps_cost(ebpf, target, mo
     log_path = tmp_path / "log.json"
     t = target("trap_cost.py", simlib, log_path)
     time.sleep(2.0)                                     # unprobed batches
-    m, summary = monitor(t.pid, "--sim-lib", f"{simlib}:sim_work", "--max-overhead", "100", "--duration", "8",
+    m, summary = monitor(t.pid, "--sim-lib", f"{simlib}:sim_work", "--max-overhead", "100", "--duration", "12",
                          env={"RLSCOPE_CALIBRATION": _low_calibration(tmp_path / "calibration.json")})
     assert m.finish(timeout=90) == 0, m.stderr_text
     time.sleep(1.0)
@@ -49,12 +49,16 @@ def test_a_too_low_calibration_is_raised_to_what_the_traps_cost(ebpf, target, mo
     paid = probed - unprobed
     prices = s["overhead"]["measured_prices"]
     raised = prices["raised"]["sim_work"]
-    entry, ret = (sum(prices["measured_ns"][f"sim_work:{p}"]) / 1e3 for p in ("enter", "exit"))
+    # the return trap is cheap: in a short session it may not reach its 20 ticks, and then
+    # counts at its calibrated price (CI once saw no raise at all when both parts were needed)
+    entry, ret = (sum(prices["measured_ns"].get(f"sim_work:{p}", [LOW_NS])) / 1e3 for p in ("enter", "exit"))
     print(f"per call: unprobed {unprobed:.2f} us, probed {probed:.2f} us, paid {paid:.2f} us; measured traps "
           f"entry {entry:.2f} + return {ret:.2f} us; calibrated {2 * LOW_NS / 1e3:.2f} us raised x{raised:.1f}")
     assert paid > 1.0, "the probe pair should cost microseconds a call"
     # The ticks see the kernel's part of a trap, not its cost to the code after it: a lower
-    # bound of what the target paid (92-97% of it on this loop, docs/overhead.md)
-    assert 0.6 * paid <= entry + ret <= 1.25 * paid
+    # bound of what the target paid (92-97% of it on this loop, docs/overhead.md). The target's
+    # own yardstick moves: 0.62-1.13x of it over 8 runs (paid 4.7-9.2 us); the calibration
+    # alone would say 0.01-0.02x.
+    assert 0.5 * paid <= entry + ret <= 1.4 * paid
     assert raised * 2 * LOW_NS / 1e3 == pytest.approx(entry + ret, rel=0.1)
     assert s["calls"]["simulator"] > 10_000
