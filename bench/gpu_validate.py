@@ -144,6 +144,7 @@ def left(cap: float) -> float:
 def speed_ppo(tmp: str, steps: int) -> dict:
     out = {}
     for i, mode in enumerate(("plain", "run", "torch.profiler")):
+        # what is left is shared so the slower runs after this one still fit: plain gets 1/2.5, run 1/1.3
         cap = left(240) if mode == "torch.profiler" else left(240) / (2.5 if i == 0 else 1.3)
         cmd = [PY, SB3, "ppo", "CartPole-v1", str(steps), "--device", "cuda"]
         if mode == "torch.profiler":

@@ -20,7 +20,7 @@ def _row(name: str, src: str, py_ms: float, be_ms: float, calls: int, ticks: lis
     ns = {c: [0, 0] for c in CATEGORIES}
     ns["python"], ns["backend"] = [py_ms * MS, 3 * MS], [be_ms * MS, 0]
     return {"name": name, "source": src, "ns": ns, "calls": [0, calls, 0, 0],
-            "trans": [[0, calls, 0, 0], [0] * 4, [0] * 4, [0] * 4], "ticks": ticks, "ticks_ok": True}
+            "trans": [[0, calls, 0, 0], [0] * 4, [0] * 4, [0] * 4], "ticks": ticks}
 
 
 def test_rows_keep_their_time_categories_their_totals_and_the_split_follows_the_ticks():

@@ -409,7 +409,7 @@ class CategoryEstimate:
             p = self.pooled
             e.ns[1] = min(ns * (p.c_off / p.c_on if p.c_on > 0 else 0.0), d["ns"][0][1])
             e.unknown = False
-        if e.per_call is not None:   # off: the calls follow the category's time, as they did before
+        if e.per_call is not None:   # off: the calls follow the tick-placed time (_keep_total keeps their sum)
             e.calls = (e.ns[0] + e.ns[1]) * e.per_ns
             e.trans = [e.calls * t for t in e.per_call]
 

@@ -38,7 +38,7 @@ def split_by_ticks(rows: list[dict]) -> bool:
     Returns:
         Whether the rows were refit (two or more sampled rows with ticks).
     """
-    picked = [r for r in rows if r.get("source") == "sampled" and r.get("ticks") and r.get("ticks_ok", True)]
+    picked = [r for r in rows if r.get("source") == "sampled" and r.get("ticks")]
     if len(picked) < 2:
         return False
     held = [[r["ns"][c][0] for c in CATEGORIES] for r in picked]

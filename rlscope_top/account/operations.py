@@ -43,7 +43,7 @@ def raw_rows(acct, measured: dict) -> list[dict]:
                      "samples": o.get("samples"), "samples_incl": o.get("samples_incl"), "nested": o.get("nested"),
                      "samples_total": o.get("samples_total"), "ns": ns,
                      "calls": list(o["calls"]), "trans": [list(r) for r in o["trans"]],
-                     "ticks": o.get("ticks"), "ticks_ok": o.get("ticks_ok", True)})
+                     "ticks": o.get("ticks")})     # None in records from before ticks
     m = measured
     _fit(rows, m["split"])
     rows.append({"name": NONE_OP, "kind": "", "source": "remainder", "samples": None,
