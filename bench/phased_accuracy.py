@@ -20,7 +20,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(REPO, "tests"))
-from truth import truth_shares, unprobed_shares  # noqa: E402
+from truth import interval_costs, truth_shares, unprobed_shares, work_shares  # noqa: E402
 
 PY = sys.executable
 CATS = ("python", "simulator", "backend")
@@ -53,11 +53,15 @@ def session(tmp: str, simlib: str, calib: str, mode: str, i: int) -> tuple[dict,
 
 
 def per_call(s: dict, items: list, kind: str, cat: str) -> tuple[float, float, float]:
-    """us per call: the target's clock unprobed and probed, and ours corrected."""
+    """us per call: the target's clock unprobed and probed (less its timer and, for the
+    simulator, the binding's dispatch, as the truth counts them), and ours corrected."""
     w0, w1 = s["window"]["t0_monotonic_ns"], s["window"]["t1_monotonic_ns"]
-    inside = [b - a for k, _, a, b in items if k == kind and w0 <= a and b <= w1]
-    outside = [b - a for k, _, a, b in items if k == kind and (b < w0 or a > w1)]
+    off = interval_costs(items)[0][kind]
+    inside = [b - a - off for k, _, a, b in items if k == kind and w0 <= a and b <= w1]
+    outside = [b - a - off for k, _, a, b in items if k == kind and (b < w0 or a > w1)]
     ours = s["totals"][f"{cat}_s"] / max(1, s["calls"][cat] or 0)
+    raw = s["raw"][f"{cat}_s"] / max(1, s["calls"][cat] or 0)
+    print(f"   {kind}: raw per call {raw * 1e6:.2f} us, taken off the target's intervals {off} ns")
     return sum(outside) / len(outside) / 1e3, sum(inside) / len(inside) / 1e3, ours * 1e6
 
 
@@ -84,6 +88,9 @@ def main() -> None:
             during = truth_shares(items, s["window"])      # the target's clock while attached (probed)
             print(f"   against the target's clock during the session: " + "  ".join(
                 f"{c} {100 * during[c]:.1f}% ({100 * (s['totals'][f'{c}_s'] / tot - during[c]):+.1f} pp)" for c in CATS))
+            work = work_shares(items, spans, s["window"])     # the window's own work, at unprobed rates
+            print(f"   against the window's own work at the unprobed rates: " + "  ".join(
+                f"{c} {100 * work[c]:.1f}% ({100 * (s['totals'][f'{c}_s'] / tot - work[c]):+.1f} pp)" for c in CATS))
             print(f"{args.mode} {i}: " + "  ".join(
                 f"{c} {100 * s['totals'][f'{c}_s'] / tot:.1f}% vs {100 * truth[c]:.1f}% "
                 f"({100 * (s['totals'][f'{c}_s'] / tot - truth[c]):+.1f} pp)" for c in CATS))
@@ -91,6 +98,7 @@ def main() -> None:
             print(f"   modes {s['budget']['modes']}, sampler {smp.get('tool')}, ticks placed by call site "
                   f"{smp.get('site_ticks')}, stated bound ±{s['estimates'].get('backend', {}).get('bound_pp')} pp, "
                   f"overhead {s['overhead']['estimated_pct']}% {s['overhead']['by_source_s']}")
+            print(f"   measured prices {json.dumps(s['overhead'].get('measured_prices'))}")
             for kind, cat in (("simulator", "simulator"), ("backend", "backend")):
                 u, p, ours = per_call(s, items, kind, cat)
                 print(f"   {kind} per call: target unprobed {u:.2f} us, probed {p:.2f} us, ours corrected {ours:.2f} us")

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from support import TO_999, load_summary, stated_bound_pp
-from truth import truth_shares, unprobed_shares
+from truth import truth_shares, work_shares
 
 pytestmark = [pytest.mark.ebpf, pytest.mark.quiet]
 CATS = ("python", "simulator", "backend")
@@ -39,11 +39,12 @@ def _run(target, monitor, tmp_path, simlib, calibration_file, *extra):
     t.finish(signal.SIGTERM)
     items = json.loads(truth_path.read_text())
     spans = [(b0, b1), (a0, time.monotonic_ns())]
-    before, after = unprobed_shares(items, spans[:1]), unprobed_shares(items, spans[1:])
-    drift = {c: abs(before[c] - after[c]) / 2 for c in CATS}
     s = load_summary(summary)
+    # the truth: the window's own work at the unprobed spans' time per step (whole phases)
+    before, after = work_shares(items, spans[:1], s["window"]), work_shares(items, spans[1:], s["window"])
+    drift = {c: abs(before[c] - after[c]) / 2 for c in CATS}
     print("truth before", before, "after", after, "the target's clock while attached", truth_shares(items, s["window"]))
-    return s, unprobed_shares(items, spans), drift
+    return s, work_shares(items, spans, s["window"]), drift
 
 
 def _shares(figs: dict) -> dict:
@@ -87,18 +88,19 @@ def test_default_mode_is_within_its_stated_bound_on_phased_trainer(ebpf, target,
 
 def test_exact_mode_corrects_toward_the_unprobed_program(ebpf, target, monitor, tmp_path, simlib,
                                                          fresh_calibration):
-    """No budget: every call bracketed, the calibrated cost taken out. The probes cost ~35-50%
-    here (180k tiny torch calls/s), so the correction's error is that cost's calibration error.
-    It must bring the categories closer to the unprobed program than the raw figures, and each
-    within 18 pp. Issue 12 asks 2 pp. Measured 4-7 pp on the Intel VMs; on an AMD EPYC VM
-    8.0, 15.1 and 13.3 pp (Python high), where calibrating the same machine three times minutes
-    apart gave a torch bracket of 2,209, 2,679 and 3,645 ns (docs/accuracy.md, "A noisy machine").
-    So it calibrates just before: with the suite's calibration, made ~10 minutes earlier, it
-    missed twice in three whole-suite runs there (Python +21.8 pp; once Simulator +24.8 pp,
-    Python low: the calibration off the other way), and passed alone."""
-    s, truth, _ = _run(target, monitor, tmp_path, simlib, fresh_calibration, "--max-overhead", "100")
+    """No budget: every call bracketed, the calibrated cost taken out. The probes cost ~50%
+    here (180k tiny torch calls/s; sim_work's first instruction is stepped out of line, ~10 us
+    a call), so the correction's error is that cost's calibration error. It must bring the
+    categories closer to the unprobed program than the raw figures, and each within 10 pp plus
+    half the truth's own drift. Issue 12 asks 2 pp. Against the window's own work at the
+    unprobed rates (tests/truth.py work_shares) six bench sessions on the AMD EPYC VM read
+    2.5-8.2 pp: the torch bracket's inside cost moved from 0.97 to 1.18 us a call between
+    sessions with one calibration, and at 200k calls/s each 0.1 us is 2 pp (docs/accuracy.md).
+    Before that truth, whole-suite runs there missed by 21.8 and 24.8 pp with the suite's
+    calibration, made ~10 minutes earlier; so it calibrates just before."""
+    s, truth, drift = _run(target, monitor, tmp_path, simlib, fresh_calibration, "--max-overhead", "100")
     assert all(s["sources"][f"{c}_s"] == "exact" for c in CATS), s["sources"]
     ours, raw = _shares(s["totals"]), _shares(s["raw"])
     for c in CATS:
-        assert abs(ours[c] - truth[c]) <= 0.18, (c, ours, truth, raw)
+        assert abs(ours[c] - truth[c]) <= 0.10 + drift[c], (c, ours, truth, raw, drift)
     assert sum(abs(ours[c] - truth[c]) for c in CATS) < sum(abs(raw[c] - truth[c]) for c in CATS)

@@ -23,7 +23,7 @@ import signal
 import threading
 import time
 
-from common import load_simlib, sim_rounds, timer_cost
+from common import dispatch_cost, load_simlib, sim_rounds, timer_cost
 
 import torch
 
@@ -106,11 +106,12 @@ def steps_in(step, seconds: float) -> int:
 
 
 TIMER_NS = timer_cost()
+DISPATCH_NS = dispatch_cost(lib.sim_work)      # ctypes' part of each simulator interval
 
 
 def dump(*_):
     done.set()
-    items = list(log) + [("timer_ns", 0, TIMER_NS, 0)]
+    items = list(log) + [("timer_ns", 0, TIMER_NS, 0), ("dispatch_ns", 0, DISPATCH_NS, 0)]
     with open(args.truth + ".tmp", "w") as f:
         json.dump(items, f)
     os.replace(args.truth + ".tmp", args.truth)
@@ -125,8 +126,10 @@ steps_in(collect_step, 0.1), steps_in(update_step, 0.1)      # warm up
 N_COLLECT, N_UPDATE = steps_in(collect_step, args.phase_s), steps_in(update_step, args.phase_s)
 log.clear()
 print(f"ready {os.getpid()}", flush=True)
-while True:
+while True:                  # each phase is marked: the truth can count whole phases (tests/truth.py)
+    log.append(("phase", tid, mono(), 0))
     collect(N_COLLECT)
+    log.append(("phase", tid, mono(), 1))
     update(N_UPDATE)
     if args.stop and os.path.exists(args.stop):
         dump()
