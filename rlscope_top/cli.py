@@ -223,6 +223,10 @@ def _prometheus(text: str | None) -> tuple[str, int] | None:
 
 
 def _options(ns: argparse.Namespace, pid: int):
+    if pid:
+        from .collect.cost_meter import note_early  # noqa: PLC0415
+
+        note_early(pid)           # before the heavy imports: the target's pre-attach stretch starts here
     from .report import summary as S  # noqa: PLC0415 - heavy (numpy): after `run` blocked its signals
     from .collect.session import Options  # noqa: PLC0415
 

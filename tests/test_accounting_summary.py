@@ -8,6 +8,7 @@ import pytest
 
 from rlscope_top.ring import records as R
 from rlscope_top.report import summary as S
+from rlscope_top.account import session_figures as F
 from rlscope_top.account.accounting import Accounting
 
 from streams import MS, stream as _stream
@@ -210,3 +211,26 @@ def test_measured_kernel_time_and_monitor_contention_count_in_the_self_report(co
     assert src["kernel_extra"] == pytest.approx(kernel) and src["contention"] == pytest.approx(contention)
     assert s["overhead"]["estimated_s"] == pytest.approx(0.145 + kernel + contention)
     assert s["overhead"]["estimated_pct"] == pytest.approx(100 * (0.145 + kernel + contention) / 2.0, abs=1e-3)
+
+
+@pytest.mark.parametrize("probes_s, sys_s, want", [
+    (0.2, 0.15, 0.1),      # their kernel part 1.5x the calibrated 0.1 s: the whole 0.2 s x 1.5
+    (0.2, 0.08, 0.0),      # less than the calibrated kernel part: never lowered
+    (0.001, 1.0, 1.0005),  # a rise that is not the probes' (3x at most, the rest as is)
+])
+def test_a_kernel_part_above_calibration_scales_the_probes_whole_cost(probes_s, sys_s, want):
+    cost = {"target_sys_s": sys_s, "target_cpu_s": 2.0, "base_sys_per_s": 0.0, "monitor_cpu_s": 0.0,
+            "idle_cpu_s": 0.0, "busy_cpu_s": 2.0}
+    kernel, _ = F._measured_extra_s(cost, 2.0, probes_s, 0.0, share=0.5)
+    assert kernel == pytest.approx(want)
+
+
+def test_the_kernel_share_is_weighted_by_each_probe_cost():
+    a = Accounting()
+    a.meta = {"labels": ["op begin", "sim"],
+              "probes": [{"label": "op begin", "cost_ns": 1000, "kernel_share": 0.6},
+                         {"label": "sim", "cost_ns": 10000, "kernel_share": 0.9}]}
+    a.hits = [90, 1]
+    assert F._kernel_share(a) == pytest.approx((90 * 1000 * 0.6 + 10000 * 0.9) / (90 * 1000 + 10000))
+    a.meta["probes"] = [{"label": "op begin", "cost_ns": 1000, "kernel_share": None}]
+    assert F._kernel_share(a) is None

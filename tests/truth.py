@@ -23,11 +23,11 @@ def truth_seconds(items, window) -> dict:
     target itself sees it.
     """
     t0, t1 = window["t0_monotonic_ns"], window["t1_monotonic_ns"]
-    timer, items = interval_costs(items)
+    off, items = interval_costs(items)
     per_thread: dict[int, dict] = {}
     for kind, *rest in items:
         tid, a, b = rest if len(rest) == 3 else (0, *rest)
-        a, b = max(a, t0), min(b - timer[kind], t1)
+        a, b = max(a, t0), min(b - off[kind], t1)
         if b > a:
             d = per_thread.setdefault(tid, dict.fromkeys(CATS, 0))
             d[kind] += b - a
@@ -55,14 +55,14 @@ def unprobed_shares(items, spans) -> dict:
         items: the target's phase log.
         spans: [(start_ns, end_ns), ...] in CLOCK_MONOTONIC.
     """
-    timer, items = interval_costs(items)
+    off, items = interval_costs(items)
     tot = dict.fromkeys(CATS, 0)
     for lo, hi in spans:
         per_thread: dict[int, dict] = {}
         for kind, tid, a, b in items:
             if lo <= a and b <= hi:
                 d = per_thread.setdefault(tid, {"first": a, "last": b, **dict.fromkeys(CATS, 0)})
-                d[kind] += max(0, b - a - timer[kind])
+                d[kind] += max(0, b - a - off[kind])
                 d["first"], d["last"] = min(d["first"], a), max(d["last"], b)
         for d in per_thread.values():
             d["python"] += (d["last"] - d["first"]) - sum(d[k] for k in CATS)
@@ -100,7 +100,7 @@ def phase_rates(items, spans) -> dict:
     """Unprobed seconds per step, by category, of each phase kind: {kind: {cat: s}}, from the
     whole phases inside the spans. Python is the phase's time less its other intervals (loop
     overhead included), as the target itself sees it."""
-    timer, _ = interval_costs(items)
+    off, _ = interval_costs(items)
     tot: dict[int, dict] = {}
     for a, b, kind, ivals in _phases(items):
         if not any(lo <= a and b <= hi for lo, hi in spans):
@@ -110,7 +110,7 @@ def phase_rates(items, spans) -> dict:
         for cat, _, x, y in ivals:
             d["steps"] += cat == _unit(kind)
             if cat != "python":
-                d[cat] += max(0, y - x - timer[cat])
+                d[cat] += max(0, y - x - off[cat])
     rates = {}
     for kind, d in tot.items():
         py = d["wall"] - d["simulator"] - d["backend"]

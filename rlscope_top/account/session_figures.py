@@ -312,7 +312,7 @@ def _overhead_by_source(acct: Accounting, gpu: GpuView) -> dict[str, float]:
     switches = sum(th.get("sw", 0) for th in acct.threads.values())
     sampler = (acct.sampler or {}).get("cpu_s") or 0.0
     probes, sched = acct.estimated_overhead_s(), switches * acct.meta.get("switch_ns", 0) / 1e9
-    kernel, contention = _measured_extra_s(acct.cost, acct.duration_s, probes + sched)
+    kernel, contention = _measured_extra_s(acct.cost, acct.duration_s, probes, sched, _kernel_share(acct))
     return {"probes": probes, "scheduler": sched, "kernel_extra": kernel, "contention": contention,
             "sampler": sampler, "gpu_agent": cb / 1e9, "cupti": max(0, total - cb) / 1e9}
 
@@ -323,23 +323,60 @@ def _overhead_by_source(acct: Accounting, gpu: GpuView) -> dict[str, float]:
 QUIET_SYS_PER_S = 0.05
 
 
-def _measured_extra_s(cost: dict | None, wall_s: float, explained_s: float) -> tuple[float, float]:
-    """What rlscope_top/collect/cost_meter.py measured beyond the calibrated figures, in seconds:
-    the target's extra system time (over its pre-attach rate, when that rate is low enough
-    to tell the probes' part: QUIET_SYS_PER_S) that the probes' and the scheduler probe's
-    calibrated cost does not explain; and the monitor's CPU that the machine's idle CPU could
-    not have given it (a busy machine), times the target's share of the rest of the machine's
-    busy CPU time (the part that came out of the job)."""
+# A program's probes may cost more than calibrated (the traps in a large code base); their kernel
+# part shows it, and the rest of their cost (the code after each trap) is taken to scale with it,
+# up to this many times the calibrated cost. Beyond that a rise is not the probes': counted as is.
+MAX_PRICE_RATIO = 3.0
+
+
+def _kernel_share(acct: Accounting) -> float | None:
+    """The calibrated kernel part of the probe hits' cost (calibrate's `kernel_share`, weighted
+    by each probe's hits times its price), or None where it is not known."""
+    per_label: dict[str, tuple[float, float]] = {}
+    for p in acct.meta.get("probes", ()):
+        if p.get("kernel_share") is not None:
+            per_label.setdefault(p["label"], (p["cost_ns"], p["kernel_share"]))
+    hits = acct.probe_hits()
+    cost = sum(hits.get(lb, 0) * c for lb, (c, _) in per_label.items())
+    kern = sum(hits.get(lb, 0) * c * f for lb, (c, f) in per_label.items())
+    return kern / cost if cost > 0 else None
+
+
+def _measured_extra_s(cost: dict | None, wall_s: float, probes_s: float, sched_s: float,
+                      share: float | None = None) -> tuple[float, float]:
+    """What rlscope_top/collect/cost_meter.py measured beyond the calibrated figures, in seconds.
+
+    Kernel: the target's extra system time (over its pre-attach rate, when that rate is low
+    enough to tell the probes' part: QUIET_SYS_PER_S), less the scheduler probe's cost. Where
+    the calibrated kernel share of the probes' cost is known, a rise above the probes' own
+    kernel part means they cost this program more than calibrated, and their whole cost (the
+    user-side part too) is scaled by it, up to MAX_PRICE_RATIO; otherwise what the probes'
+    calibrated cost does not explain. Contention: the monitor's CPU that the machine's idle CPU
+    could not have given it (a busy machine), times the target's share of the rest of the
+    machine's busy CPU time (the part that came out of the job).
+
+    Args:
+        cost: the cost meter's figures, or None.
+        wall_s: the session's wall time.
+        probes_s: the probes' calibrated cost.
+        sched_s: the scheduler probe's calibrated cost.
+        share: the calibrated kernel share of the probes' cost, or None.
+    """
     if not cost:
         return 0.0, 0.0
     base = cost.get("base_sys_per_s")
     kernel = 0.0
     if base is not None and base <= QUIET_SYS_PER_S:
-        kernel = max(0.0, cost["target_sys_s"] - base * wall_s - explained_s)
+        rise = cost["target_sys_s"] - base * wall_s - sched_s
+        if share and probes_s > 0:
+            ratio = min(MAX_PRICE_RATIO, rise / (share * probes_s))
+            kernel = max(0.0, probes_s * (ratio - 1)) + max(0.0, rise - MAX_PRICE_RATIO * share * probes_s)
+        else:
+            kernel = max(0.0, rise - probes_s)
     taken = max(0.0, cost["monitor_cpu_s"] - cost["idle_cpu_s"])
     others = cost["busy_cpu_s"] - cost["monitor_cpu_s"]     # what the monitor may have displaced
-    share = min(1.0, cost["target_cpu_s"] / others) if others > 0 else 1.0
-    return kernel, taken * share
+    share_t = min(1.0, cost["target_cpu_s"] / others) if others > 0 else 1.0
+    return kernel, taken * share_t
 
 
 def _sampler(acct: Accounting, wall_s: float) -> dict | None:

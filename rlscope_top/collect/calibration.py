@@ -67,16 +67,25 @@ class Calibration:
             group: the probe set; torch's begin/end probes have their own measured cost
                 (``bracket_torch``: a torch binding, not a C loop) when calibrate measured it.
         """
-        base = "pair" if kind == "pair" else "bracket"
-        k = self.kinds[base if emulated else base + "_ool"]
-        if group == "torch" and kind in ("enter", "exit") and emulated and "bracket_torch" in self.kinds:
-            k = self.kinds["bracket_torch"]
+        k = self._kind(kind, emulated, group)
         o, i = k["outside"], k["inside"]
         if kind in ("pair", "enter", "exit"):     # a bracket's two probes share its cost
             return {"enter_before": o // 2, "enter_after": i // 2,
                     "exit_before": i - i // 2, "exit_after": o - o // 2}
         half = (o + i) // 4                        # a lone probe: half a bracket, all in one category
         return {"enter_before": half, "enter_after": half, "exit_before": half, "exit_after": half}
+
+    def _kind(self, kind: str, emulated: bool, group: str) -> dict:
+        base = "pair" if kind == "pair" else "bracket"
+        if group == "torch" and kind in ("enter", "exit") and emulated and "bracket_torch" in self.kinds:
+            return self.kinds["bracket_torch"]
+        return self.kinds[base if emulated else base + "_ool"]
+
+    def kernel_share(self, kind: str, emulated: bool, group: str = "") -> float | None:
+        """The part of a probe kind's cost that is the target's kernel time (the traps), or
+        None where calibrate did not measure it (an older calibration, or none)."""
+        share = self._kind(kind, emulated, group).get("kernel_share")
+        return share if self.measured else None
 
     def hit_ns(self, kind: str, emulated: bool, group: str = "") -> int:
         """Total cost of one hit (a pair counts both of its probes)."""

@@ -90,6 +90,7 @@ class Collector(OperationSources, BudgetLoop, RecordBuilder):
             raise BpfCompileError(f"cannot compile the eBPF program: {_last_line(e)}", pid=self.pid,
                                   hint="install or link the kernel headers: `sudo bash scripts/setup.sh`, then `rlscope-top doctor`") from None
         self.program = {"from": self.probes.compiled, "load_s": round(time.monotonic() - began, 3)}
+        self.cost.probes_in()
         try:
             self.t0_ns = self.probes.start()
         except Exception as e:

@@ -25,7 +25,8 @@ class RecordBuilder:
     def _meta(self) -> dict:
         probes = [{"id": a.id, "group": a.spec.group, "label": a.spec.label, "kind": a.spec.kind,
                    "category": CATEGORIES[a.spec.category], "lib": a.path,
-                   "offset": a.offset, "emulated": a.emulated, "cost_ns": a.cost_ns}
+                   "offset": a.offset, "emulated": a.emulated, "cost_ns": a.cost_ns,
+                   "kernel_share": self.probes.calibration.kernel_share(a.spec.kind, a.emulated, a.spec.group)}
                   for a in self.probes.attached]
         return R.meta(pid=self.pid, command=self.command, t0_ns=self.t0_ns,
                       wall0=time.time() - (time.monotonic_ns() - self.t0_ns) / 1e9,

@@ -17,6 +17,8 @@ import sys
 import tempfile
 from importlib import resources
 
+import psutil
+
 from ..collect import calibration
 from ..probes import catalog
 from ..probes.catalog import CAT_BACKEND, CAT_SIM, ENTER, EXIT, PAIR, ProbeSpec
@@ -107,20 +109,41 @@ def _probed_loop(ps: ProbeSet, t: _Target, kind: str, loop: str, cat: int) -> tu
     return r["loop_ns"] / N_CALLS, (s1 - s0 - r["body_ns"]) / N_CALLS
 
 
+def _sys_ns(t: _Target) -> int:
+    """The target's system time so far (clock ticks: summed over a kind's loops)."""
+    return round(psutil.Process(t.p.pid).cpu_times().system * 1e9)
+
+
+def _kernel_share(total: float, sys_probed: int, sys_plain: int, loops: int) -> float:
+    """What part of a probe kind's cost is the target's kernel time (the traps); the rest is
+    its own code running slower after them (caches). The self-report scales a program's
+    measured kernel time by it (rlscope_top/account/session_figures.py)."""
+    kernel = (sys_probed - sys_plain) / (loops * N_CALLS)
+    return round(min(1.0, max(0.05, kernel / total)), 3) if total > 0 else 1.0
+
+
 def _measure_mode(t: _Target, kind: str, say) -> dict:
     """A probe kind's cost per call: rounds of unprobed, probed, probed, unprobed loops (the
     probes attached for the middle two), so each difference is taken within a second."""
     loop = "torch" if kind == "bracket_torch" else MODES[kind][0]
     specs, cat = _specs(kind)
     base, probed, inside, diffs = [], [], [], []
+    sys_plain = sys_probed = 0
     for _ in range(ROUNDS):
+        k0 = _sys_ns(t)
         a1 = _loop(t, loop)["loop_ns"] / N_CALLS
+        k1 = _sys_ns(t)
         ps = _probed(t, specs)
         try:
+            k2 = _sys_ns(t)
             (p1, i1), (p2, i2) = (_probed_loop(ps, t, kind, loop, cat) for _ in range(2))
+            k3 = _sys_ns(t)
         finally:
             ps.stop()
+        k4 = _sys_ns(t)
         a2 = _loop(t, loop)["loop_ns"] / N_CALLS
+        sys_plain += (k1 - k0) + (_sys_ns(t) - k4)
+        sys_probed += k3 - k2
         base += [a1, a2]
         probed += [p1, p2]
         inside += [i1, i2]
@@ -134,7 +157,9 @@ def _measure_mode(t: _Target, kind: str, say) -> dict:
     say(f"{kind:>13}: {statistics.median(base):8.0f} ns/call unprobed, {statistics.median(probed):8.0f} probed "
         f"-> {total:6.0f} ns per call (paired, {len(diffs)} rounds, spread {_spread(diffs):.0f} ns)")
     ins = max(0, min(round(statistics.median(inside)), round(total)))
-    return {"outside": round(total) - ins, "inside": ins}
+    share = _kernel_share(total, sys_probed, sys_plain, 2 * ROUNDS)
+    say(f"{'':>13}  {100 * share:.0f}% of it the target's kernel time")
+    return {"outside": round(total) - ins, "inside": ins, "kernel_share": share}
 
 
 def _spread(xs: list[float]) -> float:
@@ -149,7 +174,7 @@ def _torch_split(total: dict, c_bracket: dict) -> dict:
     whole = total["outside"] + total["inside"]
     c = c_bracket["outside"] + c_bracket["inside"]
     inside = round(whole * c_bracket["inside"] / c) if c else whole // 2
-    return {"outside": whole - inside, "inside": inside}
+    return {"outside": whole - inside, "inside": inside, "kernel_share": total.get("kernel_share", 1.0)}
 
 
 def _measure_sched(t: _Target, say) -> dict:

@@ -1,0 +1,32 @@
+"""The pre-attach system-time rate the self-report subtracts (rlscope_top/collect/cost_meter.py)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from rlscope_top.collect import cost_meter as C
+
+
+@pytest.mark.parametrize("span_s, sys_in_span, life, want", [
+    (0.8, 0.04, 0.3, 0.05),     # a long stretch (the program compiled): its own rate
+    (0.2, 0.0, 0.02, 0.0),      # from the cache: no tick in 0.2 s, a start-up-heavy life: the lower
+    (0.2, 0.04, 0.15, 0.15),    # a program with system time of its own reads high either way
+    (0.05, 0.0, 0.02, 0.02),    # too short to read: the life
+])
+def test_the_base_rate_is_the_stretch_or_the_lower_of_it_and_the_life(monkeypatch, span_s, sys_in_span, life, want):
+    m = C.CostMeter(os.getpid())
+    now = C.time.monotonic()
+    m._pre = (now - span_s, 1.0)
+    monkeypatch.setattr(m, "_target_cpu", lambda: (1.0 + sys_in_span, 5.0))
+    monkeypatch.setattr(m, "_lifetime_sys_rate", lambda sys_s: life)
+    m.probes_in()
+    assert m.base_sys_per_s == pytest.approx(want, rel=0.05)
+
+
+def test_the_stretch_starts_at_the_command_when_noted_early():
+    C.note_early(os.getpid())
+    m = C.CostMeter(os.getpid())
+    m.before_attach()
+    assert m._pre == C._EARLY[os.getpid()]
