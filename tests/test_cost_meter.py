@@ -25,8 +25,12 @@ def test_the_base_rate_is_the_stretch_or_the_lower_of_it_and_the_life(monkeypatc
     assert m.base_sys_per_s == pytest.approx(want, rel=0.05)
 
 
-def test_the_stretch_starts_at_the_command_when_noted_early():
+def test_the_stretch_starts_at_the_command_when_noted_early_and_only_once():
     C.note_early(os.getpid())
+    early = C._EARLY[os.getpid()]
     m = C.CostMeter(os.getpid())
     m.before_attach()
-    assert m._pre == C._EARLY[os.getpid()]
+    assert m._pre == early
+    again = C.CostMeter(os.getpid())
+    again.before_attach()
+    assert again._pre[0] > early[0]

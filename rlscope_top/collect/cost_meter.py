@@ -53,8 +53,9 @@ class CostMeter:
         cpu = self._target_cpu()
         if cpu is not None:
             self._pre = (time.monotonic(), cpu[0])
-        if self._proc is not None and self._proc.pid in _EARLY:
-            self._pre = _EARLY[self._proc.pid]
+        early = _EARLY.pop(self._proc.pid, None) if self._proc is not None else None
+        if early is not None:            # once: a later session in this process starts its own stretch
+            self._pre = early
 
     def probes_in(self) -> None:
         """End the pre-attach stretch: the probes go in now (their first hits, before the
