@@ -234,3 +234,18 @@ def test_the_kernel_share_is_weighted_by_each_probe_cost():
     assert F._kernel_share(a) == pytest.approx((90 * 1000 * 0.6 + 10000 * 0.9) / (90 * 1000 + 10000))
     a.meta["probes"] = [{"label": "op begin", "cost_ns": 1000, "kernel_share": None}]
     assert F._kernel_share(a) is None
+
+
+@pytest.mark.parametrize("ticks, want", [
+    ([0, 21, 0, 0, 0, 79, 0], "backend"),    # an OpenMP worker: mostly futex waits, its user code torch's
+    ([0, 30, 0, 0, 40, 30, 0], "native"),     # mostly user code in no probed library
+    ([0, 0, 0, 0, 0, 100, 0], "native"),      # kernel only: nothing to name it by
+])
+def test_a_native_thread_is_named_by_its_user_space_ticks(ticks, want):
+    recs = _stream()
+    pool = next(t for t in recs[3]["threads"] if t["tid"] == 44)
+    pool["ticks"] = ticks
+    a = Accounting()
+    a.feed(recs)
+    (row,) = [r for r in S.build(a)["threads"] if r["tid"] == 44]
+    assert row["category"] == want, row

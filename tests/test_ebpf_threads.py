@@ -52,9 +52,16 @@ def test_a_native_simulator_thread_is_simulator_not_python(ebpf, target, monitor
     assert main["python_s"] >= crit["python_s"]
 
 
+def _user_share(where: dict | None, place: str) -> float:
+    user = sum(v for k, v in (where or {}).items() if k not in ("kernel", "probe_trap"))
+    return (where or {}).get(place, 0) / user if user else 0.0
+
+
 def test_torch_intra_op_threads_are_seen_running_in_torch(ebpf, target, monitor, tmp_path, simlib):
     s = _session(target, monitor, tmp_path, simlib, "torch", 3.0, "--max-overhead", "100")
-    pool = [r for r in s["threads"] if not r["python_thread"] and (r["where"] or {}).get("backend", 0) > 0.5]
+    # in torch for most of its user-space ticks (a worker can spend most of its CPU in the kernel:
+    # futex wake-ups between ops; CI once saw 79% kernel, 21% torch)
+    pool = [r for r in s["threads"] if not r["python_thread"] and _user_share(r["where"], "backend") > 0.5]
     assert pool, [(r["name"], r["where"]) for r in s["threads"]]
     assert all(r["category"] == "backend" and r["python_s"] is None for r in pool)
     assert s["job"]["cpu_s"]["backend"] > s["totals"]["backend_s"] * 0.5     # the pool's CPU counts too

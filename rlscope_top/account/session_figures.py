@@ -105,6 +105,7 @@ def _sources(acct: Accounting) -> dict:
 
 
 TICK_PLACES = ("python", "backend", "simulator", "cuda_api", "other", "kernel", "probe_trap")
+KERNEL_PLACES = ("kernel", "probe_trap")
 
 
 def _where(th: dict) -> dict | None:
@@ -120,14 +121,17 @@ def _where(th: dict) -> dict | None:
 def _thread_row(acct: Accounting, th: dict, wall_s: float) -> dict:
     """One thread. A thread that never ran Python has no Python time: what the probes did not
     bracket is ``native_s``, with where the 250 Hz tick found it running (``where``) and the
-    category that is most of it (``category``, sampled)."""
+    category that is most of its user-space ticks (``category``, sampled: its kernel time is
+    spent for the code that called in, as an OpenMP worker's futex waits are torch's)."""
     f = _figures(acct, [th], wall_s)["totals"]
     row = {"tid": th["tid"], "pid": th.get("pid", acct.meta.get("pid")), "name": th["name"],
            "python_thread": th["py"], "exited": th["exited"],
            **{k: v for k, v in f.items() if k not in ("wall_s", "gpu_s")}, "where": _where(th)}
     if not th["py"]:
         row["native_s"], row["python_s"] = row["python_s"], NA
-        w = {k: v for k, v in (row["where"] or {}).items() if k in CATEGORIES}
+        where = row["where"] or {}
+        user = sum(v for k, v in where.items() if k not in KERNEL_PLACES)
+        w = {k: v / user for k, v in where.items() if k in CATEGORIES} if user else {}
         row["category"] = max(w, key=w.get) if w and max(w.values()) >= 0.5 else "native"
     return row
 
