@@ -221,7 +221,7 @@ def test_measured_kernel_time_and_monitor_contention_count_in_the_self_report(co
 def test_a_kernel_part_above_calibration_scales_the_probes_whole_cost(probes_s, sys_s, want):
     cost = {"target_sys_s": sys_s, "target_cpu_s": 2.0, "base_sys_per_s": 0.0, "monitor_cpu_s": 0.0,
             "idle_cpu_s": 0.0, "busy_cpu_s": 2.0}
-    kernel, _ = F._measured_extra_s(cost, 2.0, probes_s, 0.0, share=0.5)
+    kernel, _ = F._measured_extra_s(cost, 2.0, probes_s, 0.0, kernel_share=0.5)
     assert kernel == pytest.approx(want)
 
 

@@ -96,13 +96,12 @@ def _unit(kind: int) -> str:
     return "python" if kind == 0 else "backend"
 
 
-def phase_rates(items, spans) -> dict:
+def _phase_rates(phases: list, off: dict, spans) -> dict:
     """Unprobed seconds per step, by category, of each phase kind: {kind: {cat: s}}, from the
     whole phases inside the spans. Python is the phase's time less its other intervals (loop
     overhead included), as the target itself sees it."""
-    off, _ = interval_costs(items)
     tot: dict[int, dict] = {}
-    for a, b, kind, ivals in _phases(items):
+    for a, b, kind, ivals in phases:
         if not any(lo <= a and b <= hi for lo, hi in spans):
             continue
         d = tot.setdefault(kind, {"steps": 0, "wall": 0, **dict.fromkeys(CATS, 0)})
@@ -131,10 +130,11 @@ def work_shares(items, spans, window) -> dict:
         spans: [(start_ns, end_ns), ...] unprobed, CLOCK_MONOTONIC.
         window: the summary's window (t0_monotonic_ns, t1_monotonic_ns).
     """
-    rates = phase_rates(items, spans)
+    phases = _phases(items)
+    rates = _phase_rates(phases, interval_costs(items)[0], spans)
     t0, t1 = window["t0_monotonic_ns"], window["t1_monotonic_ns"]
     tot = dict.fromkeys(CATS, 0.0)
-    for a, b, kind, ivals in _phases(items):
+    for _, _, kind, ivals in phases:
         steps = sum(1 for cat, _, x, _ in ivals if cat == _unit(kind) and t0 <= x < t1)
         for c in CATS:
             tot[c] += steps * rates[kind][c]

@@ -347,7 +347,7 @@ def _kernel_share(acct: Accounting) -> float | None:
 
 
 def _measured_extra_s(cost: dict | None, wall_s: float, probes_s: float, sched_s: float,
-                      share: float | None = None) -> tuple[float, float]:
+                      kernel_share: float | None = None) -> tuple[float, float]:
     """What rlscope_top/collect/cost_meter.py measured beyond the calibrated figures, in seconds.
 
     Kernel: the target's extra system time (over its pre-attach rate, when that rate is low
@@ -364,7 +364,7 @@ def _measured_extra_s(cost: dict | None, wall_s: float, probes_s: float, sched_s
         wall_s: the session's wall time.
         probes_s: the probes' calibrated cost.
         sched_s: the scheduler probe's calibrated cost.
-        share: the calibrated kernel share of the probes' cost, or None.
+        kernel_share: the calibrated kernel share of the probes' cost, or None.
     """
     if not cost:
         return 0.0, 0.0
@@ -372,15 +372,16 @@ def _measured_extra_s(cost: dict | None, wall_s: float, probes_s: float, sched_s
     kernel = 0.0
     if base is not None and base <= QUIET_SYS_PER_S:
         rise = cost["target_sys_s"] - base * wall_s - sched_s
-        if share and probes_s > 0:
-            ratio = min(MAX_PRICE_RATIO, rise / (share * probes_s))
-            kernel = max(0.0, probes_s * (ratio - 1)) + max(0.0, rise - MAX_PRICE_RATIO * share * probes_s)
+        if kernel_share and probes_s > 0:
+            expected = kernel_share * probes_s
+            ratio = min(MAX_PRICE_RATIO, rise / expected)
+            kernel = max(0.0, probes_s * (ratio - 1)) + max(0.0, rise - MAX_PRICE_RATIO * expected)
         else:
             kernel = max(0.0, rise - probes_s)
     taken = max(0.0, cost["monitor_cpu_s"] - cost["idle_cpu_s"])
     others = cost["busy_cpu_s"] - cost["monitor_cpu_s"]     # what the monitor may have displaced
-    share_t = min(1.0, cost["target_cpu_s"] / others) if others > 0 else 1.0
-    return kernel, taken * share_t
+    share = min(1.0, cost["target_cpu_s"] / others) if others > 0 else 1.0
+    return kernel, taken * share
 
 
 def _sampler(acct: Accounting, wall_s: float) -> dict | None:

@@ -50,12 +50,13 @@ class CostMeter:
 
     def before_attach(self) -> None:
         """Note the target's system time before any probe is in."""
-        cpu = self._target_cpu()
-        if cpu is not None:
-            self._pre = (time.monotonic(), cpu[0])
         early = _EARLY.pop(self._proc.pid, None) if self._proc is not None else None
         if early is not None:            # once: a later session in this process starts its own stretch
             self._pre = early
+            return
+        cpu = self._target_cpu()
+        if cpu is not None:
+            self._pre = (time.monotonic(), cpu[0])
 
     def probes_in(self) -> None:
         """End the pre-attach stretch: the probes go in now (their first hits, before the
@@ -74,8 +75,6 @@ class CostMeter:
     def begin(self) -> None:
         """Start the session's readings (at t0, probes attached)."""
         cpu = self._target_cpu() or (0.0, 0.0)
-        if self.base_sys_per_s is None:
-            self.probes_in()
         self._start = (*cpu, time.process_time(), *_machine_s())
 
     def read(self) -> dict | None:
