@@ -81,8 +81,10 @@ def test_envpool_classic_control_threads_count_as_simulator_without_a_probe(ebpf
     assert "mujoco" not in s["probes"]["attached"]
     workers = [r for r in s["threads"] if not r["python_thread"]]
     assert sum(r["on_cpu_s"] > 0.1 for r in workers) >= 2, s["threads"]     # envpool's C++ threads at work
-    on = sum(r["on_cpu_s"] for r in workers)
     sim = sum(r["on_cpu_s"] * (r["where"] or {}).get("simulator", 0) for r in workers)
-    # 31-37% of their ticks were in envpool's module, the rest in the kernel and libc (their queues)
-    assert sim >= 0.2 * on, workers
+    user = sum(r["on_cpu_s"] * (1 - (r["where"] or {}).get("kernel", 1)) for r in workers)
+    # Their kernel share (queue futexes) swings 50-86% with the machine's load; of their
+    # user-space ticks, 68-74% of the job's were in envpool's module, the rest in libc.
+    assert sim >= 0.5 * user > 0, workers
+    assert sum(r["category"] == "simulator" for r in workers if r["on_cpu_s"] > 0.1) >= 2, workers
     assert s["job"]["cpu_s"]["simulator"] == pytest.approx(sim, rel=0.05, abs=0.01), (s["job"], workers)
