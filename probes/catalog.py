@@ -22,6 +22,7 @@ RANGE_END = "range_end"
 COUNT = "count"          # entry uprobe that only counts
 
 MAX_PROBES = 50
+ALWAYS_ON = (COUNT, RANGE_BEGIN, RANGE_END)   # no category step removes these: the budget stops them by lever
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +49,11 @@ class ProbeSpec:
         if self.kind == PAIR:
             return (f"p{pid_}_enter", f"p{pid_}_exit")
         return (f"p{pid_}_{self.kind}",)
+
+    @property
+    def lever(self) -> str:
+        """The name the budget stops an always-on probe by (a range's two ends go together)."""
+        return f"{self.group} ranges" if self.kind in (RANGE_BEGIN, RANGE_END) else self.label
 
     @property
     def n_attach(self) -> int:

@@ -15,7 +15,7 @@ import time
 from typing import Callable
 
 from . import catalog
-from .catalog import ENTER, EXIT, PAIR, RANGE_END, ProbeSpec
+from .catalog import ALWAYS_ON, ENTER, EXIT, PAIR, RANGE_END, ProbeSpec
 from . import frameworks as fw
 from . import bpf_cache, uprobe_multi
 from .maps import MapAccess, descendants, mapped_files, task_ids
@@ -262,7 +262,7 @@ class ProbeSet(MapAccess):
         return any(s.any_lib and s.matches(path) for s in self.specs)
 
     def _attach(self, i: int, spec: ProbeSpec, path: str) -> bool:
-        if self.n_probes() + spec.n_attach > self.max_probes:
+        if sum(a.spec.n_attach for a in self.attached) + spec.n_attach > self.max_probes:   # exits to come too
             self.missing.setdefault(spec.group, []).append(f"{spec.symbol} (probe limit {self.max_probes})")
             return False
         if spec.part == "wait" and spec.kind == ENTER and not self._has_wait_end(spec.group, path):
@@ -282,7 +282,7 @@ class ProbeSet(MapAccess):
         self._write_cost(i, self.calibration.cost(spec.kind, emulated, spec.group))
         self.bpf["probe_fw"][ct.c_int(i)] = ct.c_uint(fw.probe_fw_value(spec))
         a = Attached(i, spec, path, offset, emulated, 0, root_path, {})
-        for part in _parts(spec):
+        for part in self._parts_now(spec):
             self._attach_part(a, part)
             if part not in a.parts:
                 for done in list(a.parts):
@@ -291,6 +291,28 @@ class ProbeSet(MapAccess):
                 return False
         self.attached.append(a)
         return True
+
+    def _parts_now(self, spec: ProbeSpec) -> tuple[str, ...]:
+        """The parts to attach in the category's mode: a counting category's exits wait for
+        restore() (an exit probe's Attached is kept with none)."""
+        if self.modes.get(spec.category) == "count" and spec.kind in (PAIR, EXIT):
+            return tuple(p for p in _parts(spec) if p != "exit")
+        return _parts(spec)
+
+    def count_first(self) -> None:
+        """Start every category counting, entries only (call before start()): the budget prices
+        the whole set from a short counting window before an exit probe goes in, instead of
+        running it at full cost until the first decision (bpf_program.c ``modes``)."""
+        for cat in {s.category for s in self.specs if s.kind in (PAIR, ENTER, EXIT)}:
+            self.modes[cat] = "count"
+            self.bpf["modes"][ct.c_int(cat)] = ct.c_uint(1)
+
+    def full_cost_ns(self, a: Attached) -> int:
+        """What one hit of a counting probe's entry would cost timed: its whole bracket (an
+        entry probe's exit partner has the same calibrated cost)."""
+        if a.spec.kind in (PAIR, ENTER):
+            return sum(self._costs(a).values())
+        return a.cost_ns
 
     def _has_wait_end(self, group: str, path: str) -> bool:
         return any(fw.is_guarded_exit(a.spec) and a.spec.group == group and a.path == path
@@ -305,17 +327,45 @@ class ProbeSet(MapAccess):
         Returns:
             The category's new mode.
         """
+        new, parts = self._step_down(cat)
+        self._detach_all(parts)
+        return new
+
+    def _step_down(self, cat: int) -> tuple[str, list[tuple[Attached, str]]]:
+        """Switch a category one mode down in the kernel; returns the mode and the parts to detach."""
         new = {"timed": "count", "count": "off"}.get(self.modes.get(cat, "timed"), "off")
         self.bpf["modes"][ct.c_int(cat)] = ct.c_uint(1)
         parts = []
         for a in [a for a in self.attached if a.spec.category == cat]:
             if new == "count" and a.spec.kind in (PAIR, EXIT):
                 parts.append((a, "exit"))
-            elif new == "off" and a.spec.kind in (PAIR, ENTER, EXIT):   # low-rate counters and ranges stay
+            elif new == "off" and a.spec.kind in (PAIR, ENTER, EXIT):   # counters and ranges are levers
                 parts += [(a, part) for part in a.parts]
-        self._detach_all(parts)
         self.modes[cat] = new
-        return new
+        return new, parts
+
+    def step_down_all(self, modes: dict[int, str], levers: list[str]) -> None:
+        """Step categories down to these modes and stop these levers with one batch of detaches
+        (each batch waits one grace period: ~50 ms here, while the traps still run)."""
+        parts = []
+        for cat, mode in modes.items():
+            while self.modes.get(cat, "timed") not in (mode, "off"):
+                parts += self._step_down(cat)[1]
+        parts += [(a, part) for a in self.attached if a.spec.kind in ALWAYS_ON and a.spec.lever in levers
+                  for part in list(a.parts)]
+        self._detach_all(parts)
+
+    def always_on(self) -> dict[int, str]:
+        """Probe id -> lever name, for the attached probes no category step removes."""
+        return {a.id: a.spec.lever for a in self.attached if a.parts and a.spec.kind in ALWAYS_ON}
+
+    def stop_lever(self, lever: str) -> None:
+        """Detach an always-on lever's probes for good (the budget found them too costly).
+
+        A range open at this moment never closes: it is dropped, not paired with a later end.
+        """
+        self._detach_all([(a, part) for a in self.attached if a.spec.kind in ALWAYS_ON and a.spec.lever == lever
+                          for part in list(a.parts)])
 
     def _detach_all(self, parts: list[tuple[Attached, str]]) -> None:
         """Detach several parts; their uprobe_multi links close at once (one by one, each waits for

@@ -249,3 +249,13 @@ def test_a_native_thread_is_named_by_its_user_space_ticks(ticks, want):
     a.feed(recs)
     (row,) = [r for r in S.build(a)["threads"] if r["tid"] == 44]
     assert row["category"] == want, row
+
+
+def test_ranges_stopped_by_the_budget_count_no_training_steps():
+    from rlscope_top.account.gpu_figures import ranges_stopped
+    step = {"at_s": 1.25, "category": "torch ranges", "mode": "stopped", "overhead_pct": 7.1}
+    assert ranges_stopped({"budget": {"steps": [step], "modes": {"torch ranges": "stopped"}}}) == 1.25
+    assert ranges_stopped({"budget": {"steps": [], "modes": {"torch ranges": "stopped"}}}) == 0.0   # a replayed window
+    assert ranges_stopped({"budget": {"steps": [{**step, "category": "backend", "mode": "off"}],
+                                      "modes": {"backend": "off"}}}) is None
+    assert ranges_stopped({}) is None

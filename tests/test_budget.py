@@ -52,3 +52,32 @@ def test_the_samplers_cpu_counts_in_the_total():
     d = b.update(1.0, [15_000, 15_000, 0], PROBES, {})                 # 3% probes + 2.5% sampler > 5%
     assert d is not None and d.category == 1 and abs(d.overhead_pct - 5.5) < 1e-9
     assert d.mode == "off"                                              # 1.5 + 2.5 > 3.25
+
+
+# ids 3 and 4: a range's begin and end (1000 ns/hit each), kept on in every category mode
+RANGES = [(3, 1, 1000), (4, 1, 1000)]
+LEVERS = {3: "torch ranges", 4: "torch ranges"}
+
+
+def test_an_always_on_lever_over_its_share_is_stopped_even_under_budget():
+    b = Budget(5.0)
+    b.update(0.0, [0] * 5, PROBES + RANGES, {1: "off"}, always_on=LEVERS)
+    d = b.update(1.0, [0, 0, 0, 5_570, 5_570], PROBES + RANGES, {1: "off"}, always_on=LEVERS)
+    assert d.category == "torch ranges" and d.mode == "stopped"       # 1.114% > 20% of 5%
+    assert abs(d.category_pct - 1.114) < 1e-9 and abs(b.last_pct - 1.114) < 1e-9
+
+
+def test_a_rare_always_on_lever_stays_and_is_not_its_categorys_saving():
+    b = Budget(5.0)
+    b.update(0.0, [0] * 5, PROBES + RANGES, {}, always_on=LEVERS)
+    assert b.update(1.0, [0, 0, 0, 4_990, 4_990], PROBES + RANGES, {}, always_on=LEVERS) is None   # 0.998%
+    b = Budget(5.0)
+    b.update(0.0, [0] * 5, PROBES + RANGES, {}, always_on=LEVERS)
+    d = b.update(1.0, [16_000, 16_000, 0, 4_000, 4_000], PROBES + RANGES, {}, always_on=LEVERS)
+    # 3.2% backend + 0.8% ranges: counting would leave 1.6 + 0.8 = 2.4%, under 65% of 5%, but
+    # the total is 4.0%: no step (the ranges are not backend savings)
+    assert d is None and abs(b.last_pct - 4.0) < 1e-9
+    d = b.update(2.0, [41_000, 41_000, 0, 8_000, 8_000], PROBES + RANGES, {}, always_on=LEVERS)
+    # 5% backend + 0.8% ranges: counting leaves 2.5 + 0.8 = 3.3% > 65% of 5% -> off (had the
+    # ranges been backend's, counting would have seemed to leave 2.9%)
+    assert d.category == 1 and d.mode == "off" and abs(d.category_pct - 5.0) < 1e-9

@@ -136,6 +136,21 @@ def test_budget_switches_the_hot_set_and_sources_say_so(ebpf, target, monitor, t
     assert first["category"] == "backend" and first["at_s"] < 0.6, s["budget"]   # first 0.5 s tick (>= 0.75 s)
 
 
+def test_a_costly_set_is_priced_from_its_entries_before_its_exits_go_in(ebpf, target, monitor, tmp_path, simlib):
+    """Every category starts counting, entries only (ProbeSet.count_first); the first window
+    prices each entry hit at its whole bracket and steps the Backend straight to off. Over a
+    session that ends before the first re-timing window (>= 1 s after the step), the torch exit
+    probe never fires: the set never ran at full cost (it ran ~0.2 s so before)."""
+    s, _, m = _run(target, monitor, tmp_path, simlib, ("--py-us", 100, "--sim-us", 0, "--ops", 20, "--op-size", 4),
+                   "--duration", "0.7", "--max-overhead", "1")
+    assert s["budget"]["modes"]["backend"] == "off", s["budget"]
+    assert [x["mode"] for x in s["budget"]["steps"] if x["category"] == "backend"] == ["off"], s["budget"]
+    assert s["budget"]["samples"]["backend"] == 0, s["budget"]
+    hits = s["probes"]["hits"]
+    assert hits["op begin"] > 100 and hits.get("op end", 0) == 0, hits
+    assert "> budget 1%: backend" in m.stderr_text
+
+
 @pytest.mark.quiet
 def test_budget_off_mode_samples_and_estimates_stay_close(ebpf, target, monitor, tmp_path, simlib, calibration_file):
     """Needs a quiet machine, for two reasons seen in scripts/test-under-load.sh: at the 3% budget

@@ -153,7 +153,7 @@ def cpu_side(doc: dict, python_busy=None) -> CpuSide:
         t0=t0, t1=doc["window"]["t1_monotonic_ns"] or t0,
         op_wall_ns={n: (int(e["wall_s"] * 1e9) if n != ALL_OP and e.get("wall_s") else NA)
                     for n, e in doc["operations"].items()},
-        range_counts={n: r["count"] for n, r in doc.get("ranges", {}).items()},
+        range_counts=({} if ranges_stopped(doc) else {n: r["count"] for n, r in doc.get("ranges", {}).items()}),
         sim_calls=(doc.get("calls") or {}).get("simulator"),
         hits=probes.get("hits", {}), attached=tuple(probes.get("attached", {})),
         python_busy=python_busy)
@@ -198,6 +198,17 @@ def _lost(tot: dict) -> dict:
     a = tot.get("agent") or {}
     return {"dropped_ring_full": a.get("dropped_records", 0), "dropped_by_cupti": a.get("cupti_dropped", 0),
             "undecodable": a.get("unknown_records", 0) + a.get("undecoded", 0), "late": tot.get("clipped", 0)}
+
+
+def ranges_stopped(doc: dict) -> float | None:
+    """Seconds into the session when the budget stopped the record_function ranges (their
+    counts end there, so they count no steps), or None. A window cut from a recording after
+    the stop has the mode in force and no step: 0."""
+    budget = doc.get("budget") or {}
+    for step in budget.get("steps", ()):
+        if step["category"].endswith(" ranges") and step["mode"] == "stopped":
+            return step["at_s"]
+    return 0.0 if any(k.endswith(" ranges") and m == "stopped" for k, m in budget.get("modes", {}).items()) else None
 
 
 def _steps(cpu: CpuSide) -> tuple[int | None, str | None]:

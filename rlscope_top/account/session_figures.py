@@ -280,6 +280,7 @@ def figures(acct: Accounting, gpu: GpuView | None = None) -> dict:
                                                   for p in meta.get("probes", []) if p["group"] == g)}
                                 for g, libs in meta.get("groups", {}).items()},
                    "missing": meta.get("missing", {}), "hits": labels_hits,
+                   "dropped_events": acct.event_drops,
                    "program": meta.get("program") or NA},
         "overhead": {"probe_hits": sum(acct.hits), "estimated_s": round(overhead_s, 6),
                      "estimated_pct": round(100 * overhead_s / wall_s, 3) if wall_s else NA,

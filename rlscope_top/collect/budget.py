@@ -1,7 +1,11 @@
 """The overhead budget: keep the probes' estimated cost under --max-overhead.
 
 Each window (0.5 s; 50 ms for the first ones after attach, so that a costly probe set does
-not run a second at full rate before it is priced) it prices the hits of every probe with its calibrated cost. When
+not run a second at full rate before it is priced) it prices the hits of every probe with its calibrated cost.
+The very first window (30 ms, collect/windows.py ``_first_window``) sees every category
+counting, entries only, and prices each entry hit at its whole bracket: a category over budget
+steps down before its exit probes ever go in (the traps run from attach, not from the first
+decision: the tiny-op loop lost ~40% of its speed for the ~0.2 s the first decision took). When
 the total is above the budget, the category whose probes cost most is made cheaper:
 timed -> count (exit probes removed; calls and transitions stay exact, time becomes
 estimated) -> off (no probes; calls and time estimated from the rates measured
@@ -13,6 +17,12 @@ rate when it uses more than half the budget). Choosing between count and off, th
 stay must leave WINDOW_SHARE of the budget to the re-timing windows. (Holding every later
 step to that stricter line stepped a ~3%-cost simulator down too on the phased trainer, and
 its estimate then missed by 17 pp: further steps use the whole budget.)
+
+Probes that no step above removes (named ranges, counters: kept on in every mode because they
+are rare) are levers of their own, named by ``Budget.update``'s ``always_on``: one that costs
+more than ALWAYS_ON_SHARE of the budget is stopped for the rest of the session (torch's optimizer
+``record_function`` ranges ran at ~16k hits/s on the tiny-op loop, ~3% at the priced cost and
+~1.9x that measured from its traps, with the Backend's per-call probes already off).
 
 Sources outside the probes (the GPU agent: its buffer callbacks and CUPTI's own cost
 per traced activity) are priced in the same window and may be the one made cheaper
@@ -28,13 +38,14 @@ FIRST_WINDOW_S = 0.05   # right after attach (Collector.settle)
 STEPS = ("timed", "count", "off")
 COUNT_KEEPS = 0.5   # counting keeps the entry probe of each begin/end pair: about half the cost
 WINDOW_SHARE = 0.35  # share of the budget kept for re-timing windows once a category is estimated
+ALWAYS_ON_SHARE = 0.2   # share of the budget one always-on lever may use before it is stopped
 
 
 @dataclasses.dataclass
 class Decision:
     """One step taken by the budget."""
 
-    category: int | str          # a probe category, or a source's name ("gpu")
+    category: int | str          # a probe category, a source's name ("gpu"), or an always-on lever's
     overhead_pct: float
     category_pct: float
     mode: str = "count"
@@ -57,7 +68,8 @@ class Budget:
         self._last_ts = None
 
     def update(self, now_s: float, hits: list[int], probes: list[tuple[int, int, int]],
-               modes: dict[int, str], extra: dict[str, tuple[int, bool]] | None = None) -> Decision | None:
+               modes: dict[int, str], extra: dict[str, tuple[int, bool]] | None = None,
+               always_on: dict[int, str] | None = None) -> Decision | None:
         """Feed cumulative hits; returns a step to take, or None.
 
         Args:
@@ -66,8 +78,10 @@ class Budget:
             probes: (probe id, category, current cost per hit in ns) of attached probes.
             modes: current mode per category.
             extra: per source, (cumulative cost ns, whether it can still be made cheaper).
+            always_on: probe id -> lever name, for the probes no category step removes; a
+                lever over ALWAYS_ON_SHARE of the budget gets a "stopped" decision.
         """
-        extra = extra or {}
+        extra, always_on = extra or {}, always_on or {}
         if self._last_ts is None:
             self._last_ts, self._last_hits = now_s, list(hits)
             self._last_extra = {k: v for k, (v, _) in extra.items()}
@@ -76,15 +90,23 @@ class Budget:
         if dt < self.window_s:
             return None
         per_cat: dict[int | str, float] = {}
+        levers: dict[str, float] = {}
         for pid_, cat, cost in probes:
             d = hits[pid_] - (self._last_hits[pid_] if pid_ < len(self._last_hits) else 0)
-            per_cat[cat] = per_cat.get(cat, 0.0) + d * cost
+            if pid_ in always_on:
+                levers[always_on[pid_]] = levers.get(always_on[pid_], 0.0) + d * cost
+            else:
+                per_cat[cat] = per_cat.get(cat, 0.0) + d * cost
         for name, (cum, _) in extra.items():
             per_cat[name] = max(0, cum - self._last_extra.get(name, cum))
         self._last_ts, self._last_hits = now_s, list(hits)
         self._last_extra = {k: v for k, (v, _) in extra.items()}
-        total_pct = 100 * sum(per_cat.values()) / (dt * 1e9) + self.fixed_pct
+        total_pct = 100 * (sum(per_cat.values()) + sum(levers.values())) / (dt * 1e9) + self.fixed_pct
         self.last_pct = total_pct
+        if levers:
+            v, name = max((v, k) for k, v in levers.items())
+            if 100 * v / (dt * 1e9) > ALWAYS_ON_SHARE * self.max_pct:
+                return Decision(name, total_pct, 100 * v / (dt * 1e9), "stopped")
         if total_pct <= self.max_pct:
             return None
         candidates = [(v, c) for c, v in per_cat.items() if v > 0 and

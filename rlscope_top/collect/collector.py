@@ -92,7 +92,9 @@ class Collector(OperationSources, BudgetLoop, RecordBuilder):
         self.program = {"from": self.probes.compiled, "load_s": round(time.monotonic() - began, 3)}
         self.cost.probes_in()
         try:
+            self.probes.count_first()            # BudgetLoop._first_window times what fits
             self.t0_ns = self.probes.start()
+            self._count_from = (time.monotonic(), self.probes.hits())
         except Exception as e:
             self.probes.stop()
             raise AttachError(f"cannot attach probes to PID {self.pid}: {_last_line(e)}", pid=self.pid,
@@ -101,6 +103,9 @@ class Collector(OperationSources, BudgetLoop, RecordBuilder):
         self.program["attach_s"] = round(time.monotonic() - began, 3)
         self._last_scan = self._last_meta = time.monotonic()
         self.probes.set_ranges(self.probes.category_ranges())
+        self.processes.refresh(self.probes.pids())     # the counters' processes, for the first steps
+        self.ring.write(self._meta())
+        self._first_window()                 # the traps run from attach: price them before anything else
         self._find_annotations()
         self._start_sampler()
         self.ring.write(self._meta())
@@ -148,7 +153,7 @@ class Collector(OperationSources, BudgetLoop, RecordBuilder):
             self._apply_budget(now, ctr["hits"])
 
 
-    def _write_counters(self, ctr: dict) -> None:
+    def _write_counters(self, ctr: dict, sources: bool = True) -> None:
         try:
             self.ring.write(ctr)
         except RecordTooLarge:           # thousands of live threads: one row per kind, said once
@@ -159,7 +164,7 @@ class Collector(OperationSources, BudgetLoop, RecordBuilder):
                 self.note("warn", f"{len(self._threads)} live threads do not fit in one ring record: "
                                   "threads other than the main one are shown folded")
             self.ring.write(ctr)
-        for src in self.sources:
+        for src in self.sources if sources else ():
             src.on_counters(ctr)
 
     def stop_counting(self, reason: str) -> None:

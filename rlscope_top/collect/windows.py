@@ -4,11 +4,13 @@ decides; this applies)."""
 
 from __future__ import annotations
 
+import math
 import random
 import time
 
+from ..probes.catalog import ALWAYS_ON
 from ..ring import records as R
-from .budget import FIRST_WINDOW_S, WINDOW_S, WINDOW_SHARE
+from .budget import ALWAYS_ON_SHARE, FIRST_WINDOW_S, WINDOW_S, WINDOW_SHARE
 from ..vocab import CATEGORIES
 
 SAMPLE_WINDOW_S = 0.4   # a category the budget turned down is timed again this long (at most) ...
@@ -19,6 +21,8 @@ SAMPLE_JITTER = 0.5     # ... at a random offset of up to +-50% of the period, s
                         # land on every phase of a loop, not always on the same one
 SAMPLE_SHARE = WINDOW_SHARE   # share of the budget the sample windows may use
 SETTLE_STEPS = 4        # 50 ms budget windows right after attach: timed -> count -> off, and a second category
+COUNT_WINDOW_S = 0.03   # the first one, entries only: the traps run from attach (~40% of the tiny-op
+                        # loop's speed went in the ~0.2 s that the first decision took after it)
 
 
 class BudgetLoop:
@@ -26,8 +30,9 @@ class BudgetLoop:
     ``_samples``)."""
 
     def _settle(self) -> None:
-        """Price the probes in 50 ms windows right after attach and step down at once while
-        over budget, instead of running the whole set at full cost for the first 0.5 s."""
+        """After the first window (``_first_window``), price the probes in 50 ms windows and
+        step down at once while over budget, instead of running them at full cost for the
+        first 0.5 s."""
         self.budget.window_s = FIRST_WINDOW_S
         try:
             for _ in range(SETTLE_STEPS):
@@ -38,6 +43,55 @@ class BudgetLoop:
                     return
         finally:
             self.budget.reset()
+            self.budget.window_s = WINDOW_S
+
+    def _first_window(self) -> None:
+        """Every category starts counting, entries only (ProbeSet.count_first). Over a
+        COUNT_WINDOW_S window from t0, price each one's entry hits at its whole bracket's cost
+        and plan its mode as the budget would step a timed one; then time the categories the
+        plan keeps timed and step the others down before an exit probe of theirs goes in."""
+        counting = {c for c, m in self.probes.modes.items() if m == "count"}
+        if not counting:
+            return
+        t, hits0 = self._count_from
+        time.sleep(max(0.0, COUNT_WINDOW_S - (time.monotonic() - t)))
+        now, hits = time.monotonic(), self.probes.hits()
+        plan, steps, stopped = dict.fromkeys(counting, "timed"), [], []
+        for _ in range(2 * len(counting) + 4):
+            levers = {i: k for i, k in self.probes.always_on().items() if k not in {d.category for d in stopped}}
+            probes = [(a.id, a.spec.category,
+                       self.probes.full_cost_ns(a) if plan.get(a.spec.category) == "timed" else a.cost_ns)
+                      for a in self.probes.attached if a.parts and plan.get(a.spec.category) != "off"
+                      and (a.spec.kind not in ALWAYS_ON or a.id in levers)]
+            d = self._price_once(t, hits0, now, hits, probes, {**self.probes.modes, **plan}, levers)
+            if d is not None and d.mode == "stopped":
+                stopped.append(d)
+                continue
+            if d is None or d.category not in counting:
+                break
+            plan[d.category] = d.mode
+            steps.append(d)
+        self.probes.step_down_all({c: m for c, m in plan.items() if m != "timed"}, [d.category for d in stopped])
+        for cat in counting:
+            if plan[cat] == "timed":
+                self.probes.restore(cat)
+        if steps or stopped:
+            self._write_counters(self._counters(), sources=False)   # as of the steps (the sources start later)
+        for d in stopped:
+            self._stop_lever(d)
+        for d in steps:
+            if plan[d.category] == d.mode:          # the plan's last word for it
+                self._step_category(d, now)
+
+    def _price_once(self, t0: float, hits0: list[int], t1: float, hits1: list[int], probes: list, modes: dict,
+                    levers: dict):
+        """The budget's decision for one window given whole (t0 to t1), with these prices."""
+        self.budget.reset()
+        self.budget.window_s = COUNT_WINDOW_S
+        try:
+            self.budget.update(t0, hits0, probes, {})
+            return self.budget.update(t1, hits1, probes, modes, None, levers)
+        finally:
             self.budget.window_s = WINDOW_S
 
     def _sample(self, now: float) -> bool:
@@ -98,10 +152,13 @@ class BudgetLoop:
         """Feed the budget; take the step it asks for. Returns whether one was taken."""
         probes = [(a.id, a.spec.category, a.cost_ns) for a in self.probes.attached if a.parts]
         extra = {s.name: (s.cost_ns(), s.can_degrade()) for s in self.sources if hasattr(s, "cost_ns")}
-        d = self.budget.update(now, hits, probes, self.probes.modes, extra)
+        d = self.budget.update(now, hits, probes, self.probes.modes, extra, self.probes.always_on())
         if d is None:
             return False
         self._write_counters(self._counters())   # the figures as of the step: the estimates start here
+        if d.mode == "stopped":
+            self._stop_lever(d)
+            return True
         if isinstance(d.category, str):      # a source (the GPU agent) is the costly part
             src = next(s for s in self.sources if getattr(s, "name", None) == d.category)
             how = src.degrade(d)
@@ -109,11 +166,19 @@ class BudgetLoop:
             self.note("warn", f"overhead {d.overhead_pct:.1f}% > budget {self.budget.max_pct:g}%: "
                               f"{d.category} ({d.category_pct:.1f}%) -> {how}")
             return True
-        name = CATEGORIES[d.category]
-        new = self.probes.degrade(d.category)
-        self.ring.write(R.mode(time.monotonic_ns(), name, new, d.overhead_pct, self.budget.max_pct))
-        if new != d.mode:               # counting alone would not fit: remove the entries too
+        self._step_category(d, now)
+        return True
+
+    def _step_category(self, d, now: float) -> None:
+        """Step a category down to the decision's mode (timed -> count -> off, a record each;
+        a category that started counting and stays so gets its one record), and plan its
+        re-timing windows."""
+        name, new, wrote = CATEGORIES[d.category], self.probes.modes.get(d.category, "timed"), False
+        while new != d.mode and new != "off":   # counting alone would not fit: remove the entries too
             new = self.probes.degrade(d.category)
+            self.ring.write(R.mode(time.monotonic_ns(), name, new, d.overhead_pct, self.budget.max_pct))
+            wrote = True
+        if not wrote:
             self.ring.write(R.mode(time.monotonic_ns(), name, new, d.overhead_pct, self.budget.max_pct))
         spacing = self._spacing(d.category_pct)
         period = spacing["period"]
@@ -124,7 +189,15 @@ class BudgetLoop:
         self.note("warn", f"overhead {d.overhead_pct:.1f}% > budget {self.budget.max_pct:g}%: "
                           f"{name} ({d.category_pct:.1f}%) -> {how} estimated, re-timed "
                           f"{spacing['window']:.2g} s about every {period:.0f} s")
-        return True
+
+    def _stop_lever(self, d) -> None:
+        """Stop an always-on lever (torch's record_function ranges, a counter): it is not
+        re-timed, so its counts end here, and the summary says so."""
+        self.probes.stop_lever(d.category)
+        self.ring.write(R.mode(time.monotonic_ns(), d.category, "stopped", d.overhead_pct, self.budget.max_pct))
+        self.note("warn", f"{d.category} cost {d.category_pct:.1f}% (over {ALWAYS_ON_SHARE:.0%} of the "
+                          f"{self.budget.max_pct:g}% budget): stopped, its counts end here "
+                          f"(--max-overhead {math.ceil(d.category_pct / ALWAYS_ON_SHARE)} keeps it)")
 
 
 def _jittered(period: float) -> float:

@@ -14,7 +14,7 @@ from ..account import frameworks as FW
 from ..account import processes as P
 from . import gpu_summary
 from ..account.accounting import Accounting
-from ..account.gpu_figures import GpuView
+from ..account.gpu_figures import GpuView, ranges_stopped
 from ..account.session_figures import figures
 from ..safe_files import write_atomic
 from ..vocab import ALL_OP, CATEGORIES, NA, NA_TEXT, fmt
@@ -139,7 +139,11 @@ def render(summary: dict, console: Console | None = None) -> None:
     _render_processes(summary, console)
     if summary["ranges"]:
         top = sorted(summary["ranges"].items(), key=lambda kv: -kv[1]["total_s"])[:5]
-        console.print("ranges  " + "  ".join(f"{n} x{r['count']} {r['total_s']:.3f}s" for n, r in top),
+        stopped = ranges_stopped(summary)
+        until = f"  (until {stopped:.1f} s: stopped by the budget)" if stopped is not None else ""
+        lost = summary["probes"].get("dropped_events") or 0
+        until += f"  ({lost:,} events lost: the monitor fell behind; counts are low)" if lost else ""
+        console.print("ranges  " + "  ".join(f"{n} x{r['count']} {r['total_s']:.3f}s" for n, r in top) + until,
                       soft_wrap=True)
 
 
