@@ -353,7 +353,8 @@ class ProbeSet(MapAccess):
                 parts += self._step_down(cat)[1]
         parts += [(a, part) for a in self.attached if a.spec.kind in ALWAYS_ON and a.spec.lever in levers
                   for part in list(a.parts)]
-        self._detach_all(parts)
+        once = {(a.id, part): (a, part) for a, part in parts}     # timed -> off names each exit twice
+        self._detach_all(list(once.values()))
 
     def always_on(self) -> dict[int, str]:
         """Probe id -> lever name, for the attached probes no category step removes."""
