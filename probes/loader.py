@@ -319,6 +319,18 @@ class ProbeSet(MapAccess):
                    for a in self.attached)
 
     # -- the overhead budget's levers ------------------------------------
+    def degrade(self, cat: int) -> str:
+        """Make one category's probes cheaper: timed -> count (exits removed) -> off (per-call probes removed).
+
+        The kernel switches to counting first, so no call can be left open without an exit.
+
+        Returns:
+            The category's new mode.
+        """
+        new, parts = self._step_down(cat)
+        self._detach_all(parts)
+        return new
+
     def _step_down(self, cat: int) -> tuple[str, list[tuple[Attached, str]]]:
         """Switch a category one mode down in the kernel; returns the mode and the parts to detach."""
         new = {"timed": "count", "count": "off"}.get(self.modes.get(cat, "timed"), "off")
@@ -333,12 +345,8 @@ class ProbeSet(MapAccess):
         return new, parts
 
     def step_down_all(self, modes: dict[int, str], levers: list[str]) -> None:
-        """Make probes cheaper: categories down to these modes (timed -> count: exits removed ->
-        off: per-call probes removed), and these always-on levers stopped for good, with one
-        batch of detaches (each batch waits one grace period: ~50 ms here, while the traps
-        still run). The kernel switches to counting first, so no call is left open without an
-        exit; a range open when its lever stops never closes: it is dropped, not paired with a
-        later end."""
+        """Step categories down to these modes and stop these levers with one batch of detaches
+        (each batch waits one grace period: ~50 ms here, while the traps still run)."""
         parts = []
         for cat, mode in modes.items():
             while self.modes.get(cat, "timed") not in (mode, "off"):
@@ -351,6 +359,14 @@ class ProbeSet(MapAccess):
     def always_on(self) -> dict[int, str]:
         """Probe id -> lever name, for the attached probes no category step removes."""
         return {a.id: a.spec.lever for a in self.attached if a.parts and a.spec.kind in ALWAYS_ON}
+
+    def stop_lever(self, lever: str) -> None:
+        """Detach an always-on lever's probes for good (the budget found them too costly).
+
+        A range open at this moment never closes: it is dropped, not paired with a later end.
+        """
+        self._detach_all([(a, part) for a in self.attached if a.spec.kind in ALWAYS_ON and a.spec.lever == lever
+                          for part in list(a.parts)])
 
     def _detach_all(self, parts: list[tuple[Attached, str]]) -> None:
         """Detach several parts; their uprobe_multi links close at once (one by one, each waits for

@@ -78,10 +78,10 @@ class BudgetLoop:
         if steps or stopped:
             self._write_counters(self._counters(), sources=False)   # as of the steps (the sources start later)
         for d in stopped:
-            self._say_stopped(d)
+            self._stop_lever(d)
         for d in steps:
             if plan[d.category] == d.mode:          # the plan's last word for it
-                self._say_step(d, now)
+                self._step_category(d, now)
 
     def _price_once(self, t0: float, hits0: list[int], t1: float, hits1: list[int], probes: list, modes: dict,
                     levers: dict):
@@ -112,7 +112,8 @@ class BudgetLoop:
             elif st["until"] is not None and now >= st["until"]:
                 self._write_counters(self._counters())
                 self._reprice(st, now, self._category_cost_ns(cat))     # at full cost, before the step down
-                self.probes.step_down_all({cat: st["mode"]}, [])
+                while self.probes.degrade(cat) != st["mode"]:
+                    pass
                 self.ring.write(R.mode(time.monotonic_ns(), name, st["mode"], 0.0, self.budget.max_pct))
                 st["until"], st["next"] = None, now + _jittered(st["period"])
                 self.budget.reset()
@@ -156,8 +157,7 @@ class BudgetLoop:
             return False
         self._write_counters(self._counters())   # the figures as of the step: the estimates start here
         if d.mode == "stopped":
-            self.probes.step_down_all({}, [d.category])
-            self._say_stopped(d)
+            self._stop_lever(d)
             return True
         if isinstance(d.category, str):      # a source (the GPU agent) is the costly part
             src = next(s for s in self.sources if getattr(s, "name", None) == d.category)
@@ -166,14 +166,14 @@ class BudgetLoop:
             self.note("warn", f"overhead {d.overhead_pct:.1f}% > budget {self.budget.max_pct:g}%: "
                               f"{d.category} ({d.category_pct:.1f}%) -> {how}")
             return True
-        # straight from timed to off where counting would not fit: one batch of detaches (two
-        # took ~0.1 s more, at full cost, on SB3 PPO)
-        self.probes.step_down_all({d.category: d.mode}, [])
-        self._say_step(d, now)
+        self._step_category(d, now)
         return True
 
-    def _say_step(self, d, now: float) -> None:
-        """A category's step, taken: its one record and notice, and its re-timing windows planned."""
+    def _step_category(self, d, now: float) -> None:
+        """Step a category down to the decision's mode, straight from timed to off where counting
+        would not fit (one batch of detaches: two took ~0.1 s more, at full cost, on SB3 PPO),
+        write its one record, and plan its re-timing windows."""
+        self.probes.step_down_all({d.category: d.mode}, [])
         new = self.probes.modes[d.category]
         self.ring.write(R.mode(time.monotonic_ns(), CATEGORIES[d.category], new, d.overhead_pct, self.budget.max_pct))
         spacing = self._spacing(d.category_pct)
@@ -186,9 +186,10 @@ class BudgetLoop:
                           f"{CATEGORIES[d.category]} ({d.category_pct:.1f}%) -> {how} estimated, re-timed "
                           f"{spacing['window']:.2g} s about every {period:.0f} s")
 
-    def _say_stopped(self, d) -> None:
-        """An always-on lever (torch's record_function ranges, a counter), stopped: it is not
-        re-timed, so its counts end here, and the record and notice say so."""
+    def _stop_lever(self, d) -> None:
+        """Stop an always-on lever (torch's record_function ranges, a counter): it is not
+        re-timed, so its counts end here, and the summary says so."""
+        self.probes.stop_lever(d.category)
         self.ring.write(R.mode(time.monotonic_ns(), d.category, "stopped", d.overhead_pct, self.budget.max_pct))
         self.note("warn", f"{d.category} cost {d.category_pct:.1f}% (over {ALWAYS_ON_SHARE:.0%} of the "
                           f"{self.budget.max_pct:g}% budget): stopped, its counts end here "
