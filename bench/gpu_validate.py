@@ -7,9 +7,10 @@ Checks (each one's result, or why it could not run, lands in the JSON):
               count of the same loop plus the warm-up's (run with 0 steps)
   speed       launch_loop and SB3 PPO on CUDA (8192 steps): plain, `run` (default budget and
               --max-overhead 100), torch.profiler; the self-reported overhead next to it
-  attach      a plainly started launch loop: `attach --gpu-activity` three times (8 s on, 4 s
-              off): steps/s before, while attached, after; kernels per step while traced;
-              what the first second after enabling missed
+  attach      a plainly started launch loop: a 14 s control, one `attach` with eBPF probes
+              only, then `attach --gpu-activity` three times (8 s on, 5 s off): steps/s before,
+              during the attach, the first second, while attached, after each; attach and
+              detach times; kernels per step while traced
   native      a CUDA C program (nvcc, when the machine has it): kernels under `run` and
               with `attach --gpu-activity`
   subscriber_conflict  `attach --gpu-activity` to a job whose torch.profiler holds CUPTI
@@ -29,6 +30,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -121,13 +123,13 @@ def counts(tmp: str, steps: int) -> dict:
 
 def speed_loop(tmp: str, steps: int, reps: int) -> dict:
     res: dict[str, list[float]] = {"plain": [], "run": [], "run_full": [], "torch.profiler": []}
-    reported = []
+    reported: dict[str, list[float]] = {"run": [], "run_full": []}
     for _ in range(reps):
         res["plain"].append(last_json(sh([PY, LOOP, str(steps)], cwd=tmp).stdout)["seconds"])
-        out, s = run_loop(tmp, steps)
-        res["run"].append(out["seconds"])
-        reported.append(s["overhead"]["estimated_pct"])
-        res["run_full"].append(run_loop(tmp, steps, "--max-overhead", "100")[0]["seconds"])
+        for mode, opts in (("run", ()), ("run_full", ("--max-overhead", "100"))):
+            out, s = run_loop(tmp, steps, *opts)
+            res[mode].append(out["seconds"])
+            reported[mode].append(s["overhead"]["estimated_pct"])
         res["torch.profiler"].append(last_json(sh([PY, LOOP, str(steps), "--torch-profiler"], cwd=tmp).stdout)["seconds"])
     med = {k: statistics.median(v) for k, v in res.items()}
     return {"median_s": med, "ratio": {k: round(v / med["plain"], 3) for k, v in med.items()},
@@ -176,6 +178,30 @@ def _rate(lines: list[dict], t0: float, t1: float) -> float | None:
     return (pts[-1]["steps"] - pts[0]["steps"]) / (pts[-1]["t"] - pts[0]["t"])
 
 
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 3) if a and b else None
+
+
+class _Stderr:
+    """The monitor's stderr, read on a thread; when its "attached to PID" line came."""
+
+    def __init__(self, p: subprocess.Popen):
+        self.lines: list[str] = []
+        self.attached_at: float | None = None
+        self.done = threading.Event()
+        threading.Thread(target=self._read, args=(p,), daemon=True).start()
+
+    def _read(self, p: subprocess.Popen) -> None:
+        for line in p.stderr:
+            if self.attached_at is None and "attached to PID" in line:
+                self.attached_at = time.monotonic()
+            self.lines.append(line)
+        self.done.set()
+
+    def text(self) -> str:
+        return "".join(self.lines)
+
+
 def attach_cycles(tmp: str, cycles: int = 3) -> dict:
     loop = subprocess.Popen([PY, LOOP, "--forever"], stdout=subprocess.PIPE, text=True, cwd=tmp)
     lines: list[dict] = []
@@ -197,28 +223,39 @@ def attach_cycles(tmp: str, cycles: int = 3) -> dict:
         t_idle = time.monotonic()
         read_for(14)
         out["control_over_before"] = round((_rate(lines, t_idle + 10, time.monotonic()) or 0) / before, 3) if before else None
-        for c in range(cycles):
+        # The first cycle attaches the eBPF probes only (no CUPTI): if the loop is slower after it
+        # too, what stays is not CUPTI's.
+        for c, opts in enumerate([[]] + [["--gpu-activity"]] * cycles):
             s = os.path.join(tmp, f"attach-{c}.json")
-            m = subprocess.Popen([*RLS, "attach", str(loop.pid), "--gpu-activity", "--headless", "--duration", "8",
+            m = subprocess.Popen([*RLS, "attach", str(loop.pid), *opts, "--headless", "--duration", "8",
                                   "--summary", s], stderr=subprocess.PIPE, text=True, cwd=tmp)
             t_on = time.monotonic()
+            mon = _Stderr(m)
             read_for(10)
             m.wait(timeout=120)
             t_off = time.monotonic()
-            err = m.stderr.read()[-400:]
+            mon.done.wait(10)
+            err = mon.text()[-400:]
             if not os.path.exists(s):
                 out["cycles"].append({"rc": m.returncode, "stderr": err})
-                read_for(4)
+                read_for(5)
                 continue
             sm = summary_of(s)
-            read_for(4)
+            read_for(5)
+            t_end = time.monotonic()
             on = [x["steps"] for x in lines if t_on <= x["t"] <= t_off]
-            out["cycles"].append({"rc": m.returncode, "rate_attached": _rate(lines, t_on + 2, t_off - 1),
+            t_att = mon.attached_at
+            out["cycles"].append({"opts": opts, "rc": m.returncode, "rate_attached": _rate(lines, t_on + 2, t_off - 1),
+                                  "after_over_before": _ratio(_rate(lines, t_end - 4, t_end), before),
+                                  "attach_s": round(t_att - t_on, 3) if t_att else None,
+                                  "during_attach_over_before": _ratio(_rate(lines, t_on, t_att), before) if t_att else None,
+                                  "first_s_over_before": _ratio(_rate(lines, t_att, t_att + 1), before) if t_att else None,
+                                  "detach_s": sm["overhead"].get("detach_s"),
                                   "kernels": sm["gpu"]["kernels"], "steps_while_on": on[-1] - on[0] if on else None,
                                   "mode": sm["gpu"]["mode"], "notice": sm["gpu"]["notice"],
                                   "self_report_pct": sm["overhead"]["estimated_pct"], "complete": sm["gpu"]["complete"],
                                   "program": (sm.get("probes") or {}).get("program"), "stderr": err,
-                                  **({"facts": gpu_facts(sm)} if c == 0 else {})})
+                                  **({"facts": gpu_facts(sm)} if c == 1 else {})})
         after = _rate(lines, lines[-1]["t"] - 4, lines[-1]["t"])
         out.update(rate_before=before, rate_after=after,
                    after_over_before=round(after / before, 3) if before and after else None,
@@ -293,9 +330,9 @@ def main() -> None:
     a = ap.parse_args()
     steps, reps, ppo = (300, 1, 2048) if a.quick else (2000, 3, 8192)
     result: dict = {}
-    checks = [("versions", versions), ("counts", lambda t: counts(t, steps)), ("attach", attach_cycles),
-              ("speed_launch_loop", lambda t: speed_loop(t, steps, reps)), ("native", native),
-              ("subscriber_conflict", subscriber_conflict), ("speed_ppo", lambda t: speed_ppo(t, ppo))]
+    checks = [("versions", versions), ("attach", attach_cycles), ("native", native),
+              ("counts", lambda t: counts(t, steps)), ("speed_launch_loop", lambda t: speed_loop(t, steps, reps)),
+              ("speed_ppo", lambda t: speed_ppo(t, ppo)), ("subscriber_conflict", subscriber_conflict)]
     start = time.monotonic()
     if a.calibrate:      # the self-report prices probes from this machine's calibration (about 1 min)
         c = sh([*RLS, "calibrate"], 180)
@@ -307,12 +344,12 @@ def main() -> None:
             t = time.monotonic()
             if a.deadline_s and t - start > a.deadline_s:
                 result[name] = {"skipped": f"out of time ({t - start:.0f} s > --deadline-s)"}
-                continue
-            try:
-                result[name] = fn() if name == "versions" else fn(tmp)
-            except Exception as e:  # noqa: BLE001 - one failed check must not lose the others
-                result[name] = {"error": f"{type(e).__name__}: {e}"[:800]}
-            result[name + "_s"] = round(time.monotonic() - t, 1)
+            else:
+                try:
+                    result[name] = fn() if name == "versions" else fn(tmp)
+                except Exception as e:  # noqa: BLE001 - one failed check must not lose the others
+                    result[name] = {"error": f"{type(e).__name__}: {e}"[:800]}
+                result[name + "_s"] = round(time.monotonic() - t, 1)
             with open(a.out, "w") as f:
                 json.dump(result, f, indent=2)
             print(name, json.dumps(result[name])[:400], flush=True)

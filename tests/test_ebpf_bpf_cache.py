@@ -44,6 +44,10 @@ def test_second_attach_loads_the_kept_program_and_counts_the_same(ebpf, target, 
     second = _count_1009(target, monitor, tmp_path, "b", env)
     assert second["probes"]["program"]["from"] == "cache"
     assert _kept(d) == kept
+    # where the attach time went, step by step, in the order the steps run
+    prog = second["probes"]["program"]
+    steps = [prog[k] for k in ("load_s", "attach_s", "priced_s", "sampler_s", "sources_s", "ready_s")]
+    assert steps == sorted(steps) and steps[0] > 0
     # the same probes went in both times
     assert second["probes"]["attached"].keys() == first["probes"]["attached"].keys()
 
