@@ -220,8 +220,18 @@ class ProbeSet(MapAccess):
         uprobe_multi.close_all(links)            # all at once: their grace periods overlap
         for a in self.attached:
             a.parts = {k: v for k, v in a.parts.items() if v[0] != "link"}
+        self._close_events_at_once()
         self.bpf.cleanup()
         self.bpf = None
+
+    def _close_events_at_once(self) -> None:
+        """bcc's cleanup closes the tracepoints and per-CPU perf events one by one, and each
+        close waits out a grace period (~65 ms here): close them together first."""
+        b, close = self.bpf, self._bcc.libbcc.lib.bpf_close_perf_event_fd
+        fds = list(b.tracepoint_fds.values()) + [fd for evs in b.open_perf_events.values() for fd in evs.values()]
+        uprobe_multi.close_all(fds, close)
+        b.tracepoint_fds.clear()      # bcc's detach_tracepoint does nothing more than the close
+        b.open_perf_events.clear()
 
     # -- attaching ---------------------------------------------------------
     def n_probes(self) -> int:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes as ct
 import os
 import threading
+from typing import Callable
 
 SYS_BPF = 321                     # x86-64
 BPF_PROG_LOAD, BPF_LINK_CREATE = 5, 28
@@ -61,9 +62,10 @@ def link(prog_fd: int, path: str, offset: int, ret: bool, pid: int, cookie: int 
     return _bpf(BPF_LINK_CREATE, attr)
 
 
-def close_all(fds: list[int]) -> None:
-    """Close links from several threads at once: their grace periods overlap."""
-    ts = [threading.Thread(target=_close, args=(fd,)) for fd in fds]
+def close_all(fds: list[int], close: Callable[[int], object] | None = None) -> None:
+    """Close links (or perf-event fds, with ``close``) from several threads at once: their
+    grace periods overlap."""
+    ts = [threading.Thread(target=close or _close, args=(fd,)) for fd in fds]
     for t in ts:
         t.start()
     for t in ts:
