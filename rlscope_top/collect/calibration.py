@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import time
 
@@ -57,6 +58,7 @@ class Calibration:
     kinds: dict
     measured: bool
     key: str
+    problem: str = ""      # why a calibration file that is there was not used
 
     def cost(self, kind: str, emulated: bool, group: str = "") -> dict:
         """The 4-way split used by the BPF program for one catalog probe kind.
@@ -96,17 +98,48 @@ class Calibration:
 
 
 def load() -> Calibration:
-    """This machine's measured costs, or the defaults."""
+    """This machine's measured costs, or the defaults (with ``problem`` saying why, when the
+    file is there but cannot be used)."""
     key = machine_key()
     try:
         with open(path()) as f:
             data = json.load(f)
-        entry = data.get("machines", {}).get(key)
-        if data.get("schema") == SCHEMA and entry:
-            return Calibration({**DEFAULT_KINDS, **entry["kinds"]}, True, key)
-    except (OSError, ValueError):
-        pass
-    return Calibration(dict(DEFAULT_KINDS), False, key)
+    except FileNotFoundError:
+        return Calibration(dict(DEFAULT_KINDS), False, key)
+    except (OSError, ValueError) as e:
+        return Calibration(dict(DEFAULT_KINDS), False, key, f"cannot read {path()}: {e}")
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA or not isinstance(data.get("machines"), dict):
+        return Calibration(dict(DEFAULT_KINDS), False, key, f"{path()} is not a {SCHEMA} file")
+    entry = data["machines"].get(key)
+    if entry is None:
+        return Calibration(dict(DEFAULT_KINDS), False, key)
+    bad = _invalid(entry)
+    if bad:
+        return Calibration(dict(DEFAULT_KINDS), False, key, f"{path()}: {bad}")
+    return Calibration({**DEFAULT_KINDS, **entry["kinds"]}, True, key)
+
+
+MAX_NS = 10_000_000     # 10 ms a probe hit: far beyond any trap; a larger figure is a broken file
+
+
+def _invalid(entry) -> str:
+    """What is wrong with one machine's entry, or "" (every figure a finite ns count >= 0, the
+    kernel shares in [0, 1])."""
+    kinds = entry.get("kinds") if isinstance(entry, dict) else None
+    if not isinstance(kinds, dict):
+        return "its entry for this machine has no \"kinds\""
+    for name, k in kinds.items():
+        if not isinstance(k, dict):
+            return f"{name} is not a table of costs"
+        for field, v in k.items():
+            ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            top = 1.0 if field == "kernel_share" else MAX_NS
+            if not ok or not 0 <= v <= top:
+                return f"{name}.{field} is {v!r}, not a number in [0, {top:g}]"
+        need = {"per_switch"} if name == "sched_switch" else {"outside", "inside"}
+        if not need <= k.keys():
+            return f"{name} lacks {', '.join(sorted(need - k.keys()))}"
+    return ""
 
 
 def save(kinds: dict, details: dict) -> str:
@@ -116,8 +149,8 @@ def save(kinds: dict, details: dict) -> str:
     try:
         with open(p) as f:
             old = json.load(f)
-        if old.get("schema") == SCHEMA:
-            data = old
+        if isinstance(old, dict) and old.get("schema") == SCHEMA and isinstance(old.get("machines"), dict):
+            data = old      # other machines' entries are kept; a broken file is replaced
     except (OSError, ValueError):
         pass
     data["machines"][machine_key()] = {"kinds": kinds, "details": details, "measured_at": time.time()}

@@ -117,6 +117,9 @@ class Collector(OperationSources, BudgetLoop, RecordBuilder):
                                "counting Python and on/off-CPU time only; probes attach if one is loaded later")
         elif missing:
             self.note("info", "not loaded (yet): " + ", ".join(missing))
+        if self.probes.calibration.problem:
+            self.note("warn", f"calibration not used: {self.probes.calibration.problem}; probe costs are the "
+                              "defaults until `rlscope-top calibrate` runs again")
         for group, syms in self.probes.missing.items():   # a build that lacks a symbol: say so in the summary
             self.note("warn", f"{group}: {len(syms)} probe(s) not attached: {', '.join(syms)[:300]}")
         for src in self.sources:

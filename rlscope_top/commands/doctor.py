@@ -33,6 +33,7 @@ def checks(pid: int | None = None) -> list[tuple]:
     from ..collect.calibration import load as load_calibration  # noqa: PLC0415
     cal = load_calibration()
     rows.append(_check("calibration", cal.measured, f"probe costs measured for {cal.key}",
+                       f"{cal.problem}; run `rlscope-top calibrate` again (defaults are used)" if cal.problem else
                        "probe costs not measured here: run `rlscope-top calibrate` (defaults are used)",
                        required=False))
     rows.append(_program_row())
