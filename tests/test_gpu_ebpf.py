@@ -141,6 +141,9 @@ def test_gpu_activity_injects_the_agent_and_counts_exactly(ebpf, gpu_native, mon
         maps = open(f"/proc/{t.pid}/maps").read()
         assert "librlscope_gpu" in maps and "rlscope-top-gpu" in maps    # it stays, idle
         assert t("threads")                                              # the target goes on
+        prog = s["probes"]["program"]                                    # the GPU steps of the attach time
+        steps = [prog[k] for k in ("sampler_s", "nvml_s", "inject_s", "sources_s", "ready_s")]
+        assert steps == sorted(steps), prog
     finally:
         t.close()
 

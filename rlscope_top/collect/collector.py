@@ -80,7 +80,7 @@ class Collector(OperationSources, BudgetLoop, RecordBuilder):
     def start(self) -> None:
         """Compile, attach and begin counting. Raises typed errors with hints."""
         self.cost.before_attach()                # the compile below is the target's unprobed stretch
-        began = time.monotonic()
+        began = self._attach_began = time.monotonic()
         try:
             self.probes.load()
         except BccUnavailable as e:
@@ -106,10 +106,10 @@ class Collector(OperationSources, BudgetLoop, RecordBuilder):
         self.processes.refresh(self.probes.pids())     # the counters' processes, for the first steps
         self.ring.write(self._meta())
         self._first_window()                 # the traps run from attach: price them before anything else
-        self._mark("priced_s", began)
+        self.mark_attach_step("priced_s")
         self._find_annotations()
         self._start_sampler()
-        self._mark("sampler_s", began)
+        self.mark_attach_step("sampler_s")
         self.ring.write(self._meta())
         missing = [g for g in ("torch", "cudart", "mujoco") if g not in self.probes.groups]
         if not self.probes.groups:
@@ -124,16 +124,17 @@ class Collector(OperationSources, BudgetLoop, RecordBuilder):
             self.note("warn", f"{group}: {len(syms)} probe(s) not attached: {', '.join(syms)[:300]}")
         for src in self.sources:
             src.start(self)
-        self._mark("sources_s", began)
+        self.mark_attach_step("sources_s")
         self.probes.forget_processes(self.processes.refresh(self.probes.pids()))   # the children, for waits
         self.processes.waits.start()
         self._settle()
-        self._mark("ready_s", began)
+        self.mark_attach_step("ready_s")
         self.ring.write(self._meta())        # with the whole attach's steps
 
-    def _mark(self, step: str, began: float) -> None:
-        """Where attach time goes, step by step from the load's start: the summary's probes.program."""
-        self.program[step] = round(time.monotonic() - began, 3)
+    def mark_attach_step(self, step: str) -> None:
+        """Where attach time goes: seconds from the load's start to the end of ``step``, in the
+        summary's probes.program (the GPU source marks its own steps too)."""
+        self.program[step] = round(time.monotonic() - self._attach_began, 3)
 
     def tick(self) -> None:
         """Pick up new libraries, drain events, and write one counters record."""

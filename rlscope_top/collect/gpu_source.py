@@ -78,8 +78,10 @@ class GpuSource:
             else:
                 names = ", ".join(d.name for d in self.nvml.devices)
                 self._status("nvml", True, "ok", f"NVML: sampling {len(self.nvml.devices)} GPU(s): {names}")
+            col.mark_attach_step("nvml_s")
         if self.opts.inject:
             self._inject()
+            col.mark_attach_step("inject_s")
         if self.opts.launch and not driver_present():      # said now; an agent that shows up anyway wins
             why = _say("no_driver", "no NVIDIA driver (libcuda.so.1 not found)")
             self._status("cupti", False, "no_driver", why, note=f"GPU activity unavailable: {why}")
