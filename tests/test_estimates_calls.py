@@ -70,3 +70,33 @@ def test_off_mode_calls_follow_each_operations_own_time_in_the_category():
     assert round(ex["simulation"].trans[PY]) == off_stretches * 400
     assert round(ext[7].calls) == off_stretches * 12_400                # the thread's total: unchanged
     assert round(ex["simulation"].ns[0]) == off_stretches * 4 * MS      # its torch time, from its ticks
+
+
+def test_the_counted_only_first_stretch_is_not_a_window_and_is_estimated_from_later_ones():
+    """The collector's first window counts entries only (ProbeSet.count_first): the stretch
+    has the calls and none of their time. It used to close as a timed window of 0 ns, which
+    read as "no backend time at all" (a 0.1 s session said Python 100%) and diluted every
+    later window. Known answer: each 100 ms stretch is 40 ms Python and 60 ms torch in 6,000
+    calls; stretches: counted only, off, timed (the window), off."""
+    th, ops = _counters(), {1: _counters("collect")}
+    est, ts = CategoryEstimate(BE, 0), 0
+
+    def stretch(ns: dict, calls: int, then: str) -> None:
+        nonlocal ts
+        for c in (th, ops[1]):
+            _add(c, ns, calls, {})
+        ts += 100 * MS
+        est.change(then, ts, {7: copy.deepcopy(th)}, copy.deepcopy(ops))
+
+    stretch({PY: 100 * MS}, 6_000, "off")                # counted only: the torch time stayed Python
+    ex, _, _ = est.now({7: th}, ops, ts)
+    assert ex["collect"].unknown and est.windows == 0    # no window yet: n/a, never 0
+    stretch({PY: 100 * MS}, 0, "timed")                  # off
+    stretch({PY: 40 * MS, BE: 60 * MS}, 6_000, "off")    # the first real window
+    stretch({PY: 100 * MS}, 0, "off")                    # off
+    ex, ext, _ = est.now({7: th}, ops, ts)
+    assert est.windows == 1 and est.window_ns == 100 * MS
+    assert not ex["collect"].unknown
+    assert sum(ex["collect"].ns) == 3 * 60 * MS          # the first stretch (6,000 x 10 us) and both off ones
+    assert round(ex["collect"].calls) == 2 * 6_000       # the off stretches' calls; the first one's were counted
+    assert sum(ext[7].ns) == 3 * 60 * MS

@@ -23,12 +23,16 @@ Here that time is given back:
   time in torch gets the calls of that 1%, not a share of its wall time);
 - from windows pooled over the session, the older ones weighing less (half-life
   ``HALF_LIFE_S``), each segment with the windows before it (a closed segment keeps
-  the estimate it got when it closed);
+  the estimate it got when it closed); the segments that closed before the first window
+  (the budget steps a category down before it times it) with the windows so far;
 - with a 95% bound from the spread between windows, in seconds.
+
+The collector's first stretch counts entries only (probes/loader.py ``count_first``): it has
+the calls and none of their time, so it is a ``count`` segment, not a window.
 
 A part whose category has calls but no window yet cannot be estimated: that is said
 (``unknown``), never guessed. State is folded as segments close: memory does not grow
-with the session.
+with the session (past the few segments before the first window).
 """
 
 from __future__ import annotations
@@ -285,12 +289,22 @@ class CategoryEstimate:
         self.bound = BoundParts()                  # closed segments' bound
         self.estimated_ns = 0                      # time of the segments estimated so far (closed)
         self.by_sites = False                      # the kernel places Python threads' ticks by call site
+        self.pending: list[tuple] = []             # segments closed before the first window
 
     def change(self, new_mode: str, ts: int, threads: dict, ops: dict) -> None:
         """The collector switched the category to ``new_mode`` at ``ts`` (counters as of then)."""
         p, th = parts(threads, ops), by_thread(threads)
-        if self.mode == "timed":
+        if self.mode == "timed" and self._counted_only(p):
+            # The collector's first window counts entries only (ProbeSet.count_first): not a
+            # timing, but a count segment
+            self.pending.append((self.snap_parts, self.snap_threads, p, th, "count"))
+            self.estimated_ns += max(0, ts - self.ts)
+        elif self.mode == "timed":
             self._window(p, th, ts)
+        elif not self.windows:
+            # nothing to estimate it from yet: it is estimated with the windows that come later
+            self.pending.append((self.snap_parts, self.snap_threads, p, th, self.mode))
+            self.estimated_ns += max(0, ts - self.ts)
         else:
             ex, ext, b = self._segment(p, th)
             for k, e in ex.items():
@@ -302,6 +316,30 @@ class CategoryEstimate:
         self.mode, self.ts, self.snap_parts, self.snap_threads = new_mode, ts, p, th
         if new_mode != "timed":
             self.base_mode = new_mode
+
+    def _counted_only(self, p: dict) -> bool:
+        """Whether the stretch since the session's start had the category's calls but no time
+        in it: its exit probes were never attached."""
+        if self.windows or self.pending or self.base_mode != "timed":
+            return False
+        calls = ns = 0
+        for name, cur in p.items():
+            d = _delta(self.snap_parts.get(name), cur)
+            calls += d["calls"][self.ci]
+            ns += d["ns"][self.ci][0] + d["ns"][self.ci][1]
+        return calls > 0 and ns == 0
+
+    def _pending(self) -> list[tuple[dict, dict, BoundParts]]:
+        """The segments closed before the first window, estimated with the windows so far."""
+        out = []
+        kept = self.mode, self.snap_parts, self.snap_threads
+        try:
+            for start_p, start_th, p, th, mode in self.pending:
+                self.mode, self.snap_parts, self.snap_threads = mode, start_p, start_th
+                out.append(self._segment(p, th))
+        finally:
+            self.mode, self.snap_parts, self.snap_threads = kept
+        return out
 
     def _window(self, p: dict, th: dict, ts: int) -> None:
         self.windows += 1
@@ -463,8 +501,10 @@ class CategoryEstimate:
         """Per part and per thread, everything estimated so far (closed segments plus the open
         one), and the 95% bound in ns (None while fewer than two windows say how they spread)."""
         ex, ext, b = dict(self.closed), dict(self.closed_threads), self.bound
+        segs = self._pending()
         if self.mode != "timed":
-            open_ex, open_ext, ob = self._segment(parts(threads, ops), by_thread(threads))
+            segs.append(self._segment(parts(threads, ops), by_thread(threads)))
+        for open_ex, open_ext, ob in segs:
             for k, e in open_ex.items():
                 ex[k] = ex.get(k, Extra()).plus(e)
             for k, e in open_ext.items():
