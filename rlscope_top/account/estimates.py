@@ -461,7 +461,7 @@ class CategoryEstimate:
         with no window and no calibrated probe cost in it. Other threads' ticks see only the
         category's own libraries, which the windows' ns per tick scales."""
         ticks, cap = d["ticks"][self.ci], d["ns"][0][0]
-        if self.by_sites and d["ticks"][0] > 0:
+        if self.by_sites and (d["ticks"][0] > 0 or ticks > 0):    # placed: in Python, or in the category
             every, on = sum(d["ticks"]), sum(x[0] for x in d["ns"])
             p = ticks / every
             return min(p * on, cap), on * on * p * (1 - p) / every
