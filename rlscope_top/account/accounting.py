@@ -173,7 +173,9 @@ class Accounting:
     def samples(self, cat: str) -> int:
         """How many timed windows a category got after the budget turned it down."""
         est = self.estimates.get(cat)
-        return max(0, est.windows - 1) if est else 0
+        if est is None:
+            return 0
+        return est.windows if est.counted_first else max(0, est.windows - 1)   # less the first timed stretch
 
     def _estimated(self) -> dict:
         key = (self.last_ts, len(self.threads), len(self.ops))

@@ -290,6 +290,7 @@ class CategoryEstimate:
         self.estimated_ns = 0                      # time of the segments estimated so far (closed)
         self.by_sites = False                      # the kernel places Python threads' ticks by call site
         self.pending: list[tuple] = []             # segments closed before the first window
+        self.counted_first = False                 # the first stretch counted only: every window is a re-time
 
     def change(self, new_mode: str, ts: int, threads: dict, ops: dict) -> None:
         """The collector switched the category to ``new_mode`` at ``ts`` (counters as of then)."""
@@ -299,6 +300,7 @@ class CategoryEstimate:
             # timing, but a count segment
             self.pending.append((self.snap_parts, self.snap_threads, p, th, "count"))
             self.estimated_ns += max(0, ts - self.ts)
+            self.counted_first = True
         elif self.mode == "timed":
             self._window(p, th, ts)
         elif not self.windows:
