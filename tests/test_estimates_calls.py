@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import copy
 
+import pytest
+
 from rlscope_top.account.estimates import NTICK, CategoryEstimate
 from rlscope_top.vocab import NCAT
 
@@ -100,3 +102,31 @@ def test_the_counted_only_first_stretch_is_not_a_window_and_is_estimated_from_la
     assert sum(ex["collect"].ns) == 3 * 60 * MS          # the first stretch (6,000 x 10 us) and both off ones
     assert round(ex["collect"].calls) == 2 * 6_000       # the off stretches' calls; the first one's were counted
     assert sum(ext[7].ns) == 3 * 60 * MS
+
+
+def test_a_first_stretch_too_short_for_placed_ticks_takes_its_threads_share_until_now():
+    """CI: a 2 s session of a loop that throws from torch read Backend n/a. Its first 0.1 s
+    counted only, and its few ticks were all in the C++ unwinder (no Python frame read, so not
+    placed); no window came before the end. The stretch now takes the thread's placed ticks'
+    share over the session. Known answer: every stretch is 40 ms Python and 60 ms torch on CPU."""
+    th, ops = _counters(), {1: _counters("collect")}
+    est, ts = CategoryEstimate(BE, 0), 0
+    est.by_sites = True
+    OTHER = 4
+
+    def stretch(ns: dict, calls: int, ticks: dict, then: str) -> None:
+        nonlocal ts
+        for c in (th, ops[1]):
+            _add(c, ns, calls, ticks)
+        ts += 100 * MS
+        est.change(then, ts, {7: copy.deepcopy(th)}, copy.deepcopy(ops))
+
+    stretch({PY: 100 * MS}, 6_000, {OTHER: 3}, "off")      # counted only; its ticks not placed
+    for _ in range(9):
+        stretch({PY: 100 * MS}, 0, {PY: 10, BE: 15}, "off")   # placed by call site: 60% torch
+    ex, ext, _ = est.now({7: th}, ops, ts)
+    assert not ex["collect"].unknown and not ext[7].unknown
+    assert est.windows == 0
+    # 9 off stretches by their own ticks (60 ms each) + the first by the share until now:
+    # 135 of the thread's 228 ticks (its 3 unplaced ones count in the whole): 59.2 ms
+    assert sum(ext[7].ns) == pytest.approx(9 * 60 * MS + 100 * MS * 135 / 228, rel=1e-6)

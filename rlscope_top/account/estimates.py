@@ -291,6 +291,7 @@ class CategoryEstimate:
         self.by_sites = False                      # the kernel places Python threads' ticks by call site
         self.pending: list[tuple] = []             # segments closed before the first window
         self.counted_first = False                 # the first stretch counted only: every window is a re-time
+        self._whole: tuple[dict, dict] | None = None   # while a pending segment is estimated: counters now
 
     def change(self, new_mode: str, ts: int, threads: dict, ops: dict) -> None:
         """The collector switched the category to ``new_mode`` at ``ts`` (counters as of then)."""
@@ -331,16 +332,19 @@ class CategoryEstimate:
             ns += d["ns"][self.ci][0] + d["ns"][self.ci][1]
         return calls > 0 and ns == 0
 
-    def _pending(self) -> list[tuple[dict, dict, BoundParts]]:
-        """The segments closed before the first window, estimated with the windows so far."""
+    def _pending(self, p_now: dict, th_now: dict) -> list[tuple[dict, dict, BoundParts]]:
+        """The segments closed before the first window, estimated with the windows so far (and
+        where one is too short for ticks of its own, with each part's ticks until now)."""
         out = []
         kept = self.mode, self.snap_parts, self.snap_threads
+        self._whole = (p_now, th_now)
         try:
             for start_p, start_th, p, th, mode in self.pending:
                 self.mode, self.snap_parts, self.snap_threads = mode, start_p, start_th
                 out.append(self._segment(p, th))
         finally:
             self.mode, self.snap_parts, self.snap_threads = kept
+            self._whole = None
         return out
 
     def _window(self, p: dict, th: dict, ts: int) -> None:
@@ -408,7 +412,7 @@ class CategoryEstimate:
         scaled, seg_ticks, site_var, total = 0.0, 0, 0.0, 0.0
         for tid, d in dt.items():
             e = ext.get(tid)
-            ns, var = self._tick_ns(d, ns_per_tick)
+            ns, var = self._tick_ns(d, ns_per_tick, self._whole and self._whole[1].get(tid))
             if e is None or ns is None:
                 continue
             self._place(e, d, ns, var)
@@ -420,7 +424,7 @@ class CategoryEstimate:
                 site_var += var
         if all(d["ticks_ok"] for d in dp.values()):      # each part by its own ticks
             for name, e in ex.items():
-                ns, var = self._tick_ns(dp[name], ns_per_tick)
+                ns, var = self._tick_ns(dp[name], ns_per_tick, self._whole and self._whole[0].get(name))
                 if ns is not None:
                     self._place(e, dp[name], ns, var)
         else:
@@ -453,7 +457,7 @@ class CategoryEstimate:
             e.calls = (e.ns[0] + e.ns[1]) * e.per_ns
             e.trans = [e.calls * t for t in e.per_call]
 
-    def _tick_ns(self, d: dict, ns_per_tick: float | None) -> tuple[float | None, float | None]:
+    def _tick_ns(self, d: dict, ns_per_tick: float | None, whole: dict | None = None) -> tuple[float | None, float | None]:
         """A part's on-CPU ns in the category by its ticks, and the variance of that when its
         ticks were placed by call site (None: scaled by the windows' ns per tick instead).
 
@@ -463,10 +467,11 @@ class CategoryEstimate:
         with no window and no calibrated probe cost in it. Other threads' ticks see only the
         category's own libraries, which the windows' ns per tick scales."""
         ticks, cap = d["ticks"][self.ci], d["ns"][0][0]
-        if self.by_sites and (d["ticks"][0] > 0 or ticks > 0):    # placed: in Python, or in the category
-            every, on = sum(d["ticks"]), sum(x[0] for x in d["ns"])
-            p = ticks / every
-            return min(p * on, cap), on * on * p * (1 - p) / every
+        for src in (d, whole):    # a pending stretch too short for placed ticks of its own: the part's share until now
+            if src is not None and self.by_sites and (src["ticks"][0] > 0 or src["ticks"][self.ci] > 0):
+                every, on = sum(src["ticks"]), sum(x[0] for x in d["ns"])
+                p = src["ticks"][self.ci] / every
+                return min(p * on, cap), on * on * p * (1 - p) / every
         if ns_per_tick is None:
             return None, None
         return min(ticks * ns_per_tick, cap), None
@@ -503,9 +508,10 @@ class CategoryEstimate:
         """Per part and per thread, everything estimated so far (closed segments plus the open
         one), and the 95% bound in ns (None while fewer than two windows say how they spread)."""
         ex, ext, b = dict(self.closed), dict(self.closed_threads), self.bound
-        segs = self._pending()
+        p_now, th_now = parts(threads, ops), by_thread(threads)
+        segs = self._pending(p_now, th_now)
         if self.mode != "timed":
-            segs.append(self._segment(parts(threads, ops), by_thread(threads)))
+            segs.append(self._segment(p_now, th_now))
         for open_ex, open_ext, ob in segs:
             for k, e in open_ex.items():
                 ex[k] = ex.get(k, Extra()).plus(e)

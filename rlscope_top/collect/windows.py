@@ -23,6 +23,8 @@ SAMPLE_SHARE = WINDOW_SHARE   # share of the budget the sample windows may use
 SETTLE_STEPS = 4        # 50 ms budget windows right after attach: timed -> count -> off, and a second category
 COUNT_WINDOW_S = 0.03   # the first one, entries only: the traps run from attach (~40% of the tiny-op
                         # loop's speed went in the ~0.2 s that the first decision took after it)
+FIRST_RETIME_S = (1.0, 1.5)   # a category stepped down there has no timed window at all: its first
+                              # one comes this soon (s after the step), not a whole period later
 
 
 class BudgetLoop:
@@ -81,7 +83,7 @@ class BudgetLoop:
             self._stop_lever(d)
         for d in steps:
             if plan[d.category] == d.mode:          # the plan's last word for it
-                self._step_category(d, now)
+                self._step_category(d, now, untimed=True)
 
     def _price_once(self, t0: float, hits0: list[int], t1: float, hits1: list[int], probes: list, modes: dict,
                     levers: dict):
@@ -169,16 +171,18 @@ class BudgetLoop:
         self._step_category(d, now)
         return True
 
-    def _step_category(self, d, now: float) -> None:
+    def _step_category(self, d, now: float, untimed: bool = False) -> None:
         """Step a category down to the decision's mode, straight from timed to off where counting
         would not fit (one batch of detaches: two took ~0.1 s more, at full cost, on SB3 PPO),
-        write its one record, and plan its re-timing windows."""
+        write its one record, and plan its re-timing windows (the first one soon when the
+        category was never timed: until then its time cannot be estimated)."""
         self.probes.step_down_all({d.category: d.mode}, [])
         new = self.probes.modes[d.category]
         self.ring.write(R.mode(time.monotonic_ns(), CATEGORIES[d.category], new, d.overhead_pct, self.budget.max_pct))
         spacing = self._spacing(d.category_pct)
         period = spacing["period"]
-        st = self._samples.setdefault(d.category, {"next": now + _jittered(period), "until": None})
+        first = random.uniform(*FIRST_RETIME_S) if untimed else _jittered(period)
+        st = self._samples.setdefault(d.category, {"next": now + first, "until": None})
         st.update(spacing, mode=new)           # keep the estimate fresh with short timed windows
         how = ("counting calls only; its time is" if new == "count" else
                "per-call probes removed; calls and time are")
