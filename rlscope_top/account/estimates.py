@@ -291,25 +291,21 @@ class CategoryEstimate:
         self.by_sites = False                      # the kernel places Python threads' ticks by call site
         self.pending: list[tuple] = []             # segments closed before the first window
         self.counted_first = False                 # the first stretch counted only: every window is a re-time
-        self._whole: tuple[dict, dict] | None = None   # while a pending segment is estimated: counters now
 
     def change(self, new_mode: str, ts: int, threads: dict, ops: dict) -> None:
         """The collector switched the category to ``new_mode`` at ``ts`` (counters as of then)."""
         p, th = parts(threads, ops), by_thread(threads)
-        if self.mode == "timed" and self._counted_only(p):
-            # The collector's first window counts entries only (ProbeSet.count_first): not a
-            # timing, but a count segment
-            self.pending.append((self.snap_parts, self.snap_threads, p, th, "count"))
-            self.estimated_ns += max(0, ts - self.ts)
-            self.counted_first = True
-        elif self.mode == "timed":
+        # the collector's first window counts entries only (ProbeSet.count_first): not a timing
+        counted = self.mode == "timed" and self._counted_only(p)
+        if self.mode == "timed" and not counted:
             self._window(p, th, ts)
-        elif not self.windows:
+        elif counted or not self.windows:
             # nothing to estimate it from yet: it is estimated with the windows that come later
-            self.pending.append((self.snap_parts, self.snap_threads, p, th, self.mode))
+            self.pending.append(((self.snap_parts, self.snap_threads), (p, th), "count" if counted else self.mode))
             self.estimated_ns += max(0, ts - self.ts)
+            self.counted_first = self.counted_first or counted
         else:
-            ex, ext, b = self._segment(p, th)
+            ex, ext, b = self._segment((self.snap_parts, self.snap_threads), (p, th), self.mode)
             for k, e in ex.items():
                 self.closed[k] = self.closed.get(k, Extra()).plus(e)
             for k, e in ext.items():
@@ -331,21 +327,6 @@ class CategoryEstimate:
             calls += d["calls"][self.ci]
             ns += d["ns"][self.ci][0] + d["ns"][self.ci][1]
         return calls > 0 and ns == 0
-
-    def _pending(self, p_now: dict, th_now: dict) -> list[tuple[dict, dict, BoundParts]]:
-        """The segments closed before the first window, estimated with the windows so far (and
-        where one is too short for ticks of its own, with each part's ticks until now)."""
-        out = []
-        kept = self.mode, self.snap_parts, self.snap_threads
-        self._whole = (p_now, th_now)
-        try:
-            for start_p, start_th, p, th, mode in self.pending:
-                self.mode, self.snap_parts, self.snap_threads = mode, start_p, start_th
-                out.append(self._segment(p, th))
-        finally:
-            self.mode, self.snap_parts, self.snap_threads = kept
-            self._whole = None
-        return out
 
     def _window(self, p: dict, th: dict, ts: int) -> None:
         self.windows += 1
@@ -378,23 +359,26 @@ class CategoryEstimate:
         p = pools.get(key)
         return p if p is not None and p.all >= MIN_PART_WINDOW_NS else self.pooled
 
-    def _segment(self, p: dict, th: dict) -> tuple[dict, dict, BoundParts]:
-        """Estimates of the open segment (from the last change to these counters), and what
-        its 95% bound is made of."""
-        dp = {name: _delta(self.snap_parts.get(name), cur) for name, cur in p.items()}
-        dt = {tid: _delta(self.snap_threads.get(tid), cur) for tid, cur in th.items()}
-        ex = {name: estimate(self._pool_for(name, self.pools), d, self.ci, self.mode) for name, d in dp.items()}
-        ext = {tid: estimate(self._pool_for(tid, self.thread_pools), d, self.ci, self.mode) for tid, d in dt.items()}
-        basis = sum(d["calls"][self.ci] if self.mode == "count" else
+    def _segment(self, start: tuple[dict, dict], end: tuple[dict, dict], mode: str,
+                 whole: tuple[dict, dict] | None = None) -> tuple[dict, dict, BoundParts]:
+        """Estimates of one segment in ``mode`` between two (parts, threads) counter snapshots,
+        and what its 95% bound is made of. ``whole``: the counters until now, for a segment
+        before the first window (its ticks may be too few to place)."""
+        dp = {name: _delta(start[0].get(name), cur) for name, cur in end[0].items()}
+        dt = {tid: _delta(start[1].get(tid), cur) for tid, cur in end[1].items()}
+        ex = {name: estimate(self._pool_for(name, self.pools), d, self.ci, mode) for name, d in dp.items()}
+        ext = {tid: estimate(self._pool_for(tid, self.thread_pools), d, self.ci, mode) for tid, d in dt.items()}
+        basis = sum(d["calls"][self.ci] if mode == "count" else
                     max(0, sum(a + b for a, b in d["ns"]) - sum(d["oh"])) for d in dp.values())
         b = BoundParts()
-        if self._scale_by_ticks(ex, ext, dp, dt, b):
+        if self._scale_by_ticks(ex, ext, dp, dt, b, mode, whole or ({}, {})):
             on, off = sum(e.ns[0] for e in ex.values()), sum(e.ns[1] for e in ex.values())
             basis *= off / (on + off) if on + off > 0 else 0.0    # the share sets the off-CPU part only
-        b.basis[self.mode] = basis
+        b.basis[mode] = basis
         return ex, ext, b
 
-    def _scale_by_ticks(self, ex: dict, ext: dict, dp: dict, dt: dict, b: BoundParts) -> bool:
+    def _scale_by_ticks(self, ex: dict, ext: dict, dp: dict, dt: dict, b: BoundParts, mode: str,
+                        whole: tuple[dict, dict]) -> bool:
         """Set the segment's on-CPU estimate to what the ticks say, per thread and per part
         (each within its own Python on-CPU time), and its bound's parts in ``b``. Returns
         whether the ticks were used.
@@ -402,9 +386,9 @@ class CategoryEstimate:
         In ``count`` mode only ticks placed by call site replace the estimate from the exact
         calls (their time per call comes from windows with the calibrated cost taken out:
         4-6 pp off on the phased trainer's simulator); elsewhere the calls' estimate stays."""
-        if self.mode == "count" and not (self.by_sites and all(d["ticks_ok"] for d in dp.values())):
+        if mode == "count" and not (self.by_sites and all(d["ticks_ok"] for d in dp.values())):
             return False
-        windows = self.mode == "off" and self.win_ticks >= MIN_WINDOW_TICKS and self.win_on_ns > 0
+        windows = mode == "off" and self.win_ticks >= MIN_WINDOW_TICKS and self.win_on_ns > 0
         if not windows and not self.by_sites:
             return False
         ns_per_tick = self.win_on_ns / self.win_ticks if windows else None
@@ -412,7 +396,7 @@ class CategoryEstimate:
         scaled, seg_ticks, site_var, total = 0.0, 0, 0.0, 0.0
         for tid, d in dt.items():
             e = ext.get(tid)
-            ns, var = self._tick_ns(d, ns_per_tick, self._whole and self._whole[1].get(tid))
+            ns, var = self._tick_ns(d, ns_per_tick, whole[1].get(tid))
             if e is None or ns is None:
                 continue
             self._place(e, d, ns, var)
@@ -424,7 +408,7 @@ class CategoryEstimate:
                 site_var += var
         if all(d["ticks_ok"] for d in dp.values()):      # each part by its own ticks
             for name, e in ex.items():
-                ns, var = self._tick_ns(dp[name], ns_per_tick, self._whole and self._whole[0].get(name))
+                ns, var = self._tick_ns(dp[name], ns_per_tick, whole[0].get(name))
                 if ns is not None:
                     self._place(e, dp[name], ns, var)
         else:
@@ -508,10 +492,10 @@ class CategoryEstimate:
         """Per part and per thread, everything estimated so far (closed segments plus the open
         one), and the 95% bound in ns (None while fewer than two windows say how they spread)."""
         ex, ext, b = dict(self.closed), dict(self.closed_threads), self.bound
-        p_now, th_now = parts(threads, ops), by_thread(threads)
-        segs = self._pending(p_now, th_now)
+        now = parts(threads, ops), by_thread(threads)
+        segs = [self._segment(start, end, mode, now) for start, end, mode in self.pending]
         if self.mode != "timed":
-            segs.append(self._segment(p_now, th_now))
+            segs.append(self._segment((self.snap_parts, self.snap_threads), now, self.mode))
         for open_ex, open_ext, ob in segs:
             for k, e in open_ex.items():
                 ex[k] = ex.get(k, Extra()).plus(e)

@@ -100,23 +100,31 @@ class Calibration:
 def load() -> Calibration:
     """This machine's measured costs, or the defaults (with ``problem`` saying why, when the
     file is there but cannot be used)."""
-    key = machine_key()
+    key, p = machine_key(), path()
     try:
-        with open(path()) as f:
+        with open(p) as f:
             data = json.load(f)
     except FileNotFoundError:
-        return Calibration(dict(DEFAULT_KINDS), False, key)
+        return _defaults(key)
     except (OSError, ValueError) as e:
-        return Calibration(dict(DEFAULT_KINDS), False, key, f"cannot read {path()}: {e}")
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA or not isinstance(data.get("machines"), dict):
-        return Calibration(dict(DEFAULT_KINDS), False, key, f"{path()} is not a {SCHEMA} file")
+        return _defaults(key, f"cannot read {p}: {e}")
+    if not _is_calibration_file(data):
+        return _defaults(key, f"{p} is not a {SCHEMA} file")
     entry = data["machines"].get(key)
     if entry is None:
-        return Calibration(dict(DEFAULT_KINDS), False, key)
+        return _defaults(key)
     bad = _invalid(entry)
     if bad:
-        return Calibration(dict(DEFAULT_KINDS), False, key, f"{path()}: {bad}")
+        return _defaults(key, f"{p}: {bad}")
     return Calibration({**DEFAULT_KINDS, **entry["kinds"]}, True, key)
+
+
+def _defaults(key: str, problem: str = "") -> Calibration:
+    return Calibration(dict(DEFAULT_KINDS), False, key, problem)
+
+
+def _is_calibration_file(data) -> bool:
+    return isinstance(data, dict) and data.get("schema") == SCHEMA and isinstance(data.get("machines"), dict)
 
 
 MAX_NS = 10_000_000     # 10 ms a probe hit: far beyond any trap; a larger figure is a broken file
@@ -149,7 +157,7 @@ def save(kinds: dict, details: dict) -> str:
     try:
         with open(p) as f:
             old = json.load(f)
-        if isinstance(old, dict) and old.get("schema") == SCHEMA and isinstance(old.get("machines"), dict):
+        if _is_calibration_file(old):
             data = old      # other machines' entries are kept; a broken file is replaced
     except (OSError, ValueError):
         pass

@@ -80,7 +80,7 @@ class Collector(OperationSources, BudgetLoop, RecordBuilder):
     def start(self) -> None:
         """Compile, attach and begin counting. Raises typed errors with hints."""
         self.cost.before_attach()                # the compile below is the target's unprobed stretch
-        began = self._attach_began = time.monotonic()
+        self._attach_began = time.monotonic()
         try:
             self.probes.load()
         except BccUnavailable as e:
@@ -89,7 +89,8 @@ class Collector(OperationSources, BudgetLoop, RecordBuilder):
         except RuntimeError as e:             # the compiler's (or the kernel's) words
             raise BpfCompileError(f"cannot compile the eBPF program: {_last_line(e)}", pid=self.pid,
                                   hint="install or link the kernel headers: `sudo bash scripts/setup.sh`, then `rlscope-top doctor`") from None
-        self.program = {"from": self.probes.compiled, "load_s": round(time.monotonic() - began, 3)}
+        self.program = {"from": self.probes.compiled}
+        self.mark_attach_step("load_s")
         self.cost.probes_in()
         try:
             self.probes.count_first()            # BudgetLoop._first_window times what fits
@@ -100,7 +101,7 @@ class Collector(OperationSources, BudgetLoop, RecordBuilder):
             raise AttachError(f"cannot attach probes to PID {self.pid}: {_last_line(e)}", pid=self.pid,
                               hint="check `rlscope-top doctor`; tracefs must be mounted and you must be root") from None
         self.cost.begin()
-        self.program["attach_s"] = round(time.monotonic() - began, 3)
+        self.mark_attach_step("attach_s")
         self._last_scan = self._last_meta = time.monotonic()
         self.probes.set_ranges(self.probes.category_ranges())
         self.processes.refresh(self.probes.pids())     # the counters' processes, for the first steps
