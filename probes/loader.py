@@ -71,6 +71,7 @@ class ProbeSet(MapAccess):
         self.specs = specs
         self.max_probes = max_probes
         self.notify = notify or (lambda level, msg: None)
+        self.before_compile = lambda: None       # the session's niced start gives way to the compile's own steps
         self.attached: list[Attached] = []
         self.missing: dict[str, list[str]] = {}
         self._where: dict[str, int] = {}         # mapped path -> a process that maps it
@@ -105,6 +106,7 @@ class ProbeSet(MapAccess):
         self.bpf = self._from_cache(text)
         self.compiled = "cache" if self.bpf is not None else "bcc"
         if self.bpf is None:
+            self.before_compile()
             with capture_output() as said, low_priority():
                 try:
                     self.bpf = bcc.BPF(text=text.encode())

@@ -247,7 +247,7 @@ def _options(ns: argparse.Namespace, pid: int):
                    op_rules=[op_rules.parse(r) for r in ns.op], sample_hz=ns.sample_hz, sampler=ns.sampler, gpu=gpu,
                    prometheus=_prometheus(ns.prometheus), children=not ns.no_children,
                    more_pids=tuple(ns.more_pids), roles=dict(ns.role), record_path=ns.record,
-                   record_max_mb=ns.record_max_mb)
+                   record_max_mb=ns.record_max_mb, polite_start=ns.cmd == "attach")
 
 
 def _command(ns: argparse.Namespace) -> list[str]:
@@ -310,6 +310,10 @@ def _dispatch(ns: argparse.Namespace) -> int:
         from .commands.demo import demo  # noqa: PLC0415
         demo(_options(ns, 0), live=live)
         return 0
+    if not live:          # the live screen's thread keeps its priority: the collecting thread begins it
+        from .collect import start_priority  # noqa: PLC0415
+
+        start_priority.begin()
     from .collect.session import run, run_live  # noqa: PLC0415
     (run_live if live else run)(_options(ns, ns.pid))
     return 0

@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from rlscope_top.collect import start_priority
 from support import load_summary, stop, wait_file
 
 pytestmark = pytest.mark.ebpf
@@ -48,6 +49,9 @@ def test_second_attach_loads_the_kept_program_and_counts_the_same(ebpf, target, 
     prog = second["probes"]["program"]
     steps = [prog[k] for k in ("load_s", "attach_s", "priced_s", "sampler_s", "sources_s", "ready_s")]
     assert steps == sorted(steps) and steps[0] > 0
+    # the attach's start ran niced (start_priority.py); the compile's own steps took over from it
+    assert prog["niced"]["nice"][0] == start_priority.STEPS[0][1] and prog["niced"]["for_s"] > 0
+    assert first["probes"]["program"]["niced"]["for_s"] < first["probes"]["program"]["load_s"]
     # the same probes went in both times
     assert second["probes"]["attached"].keys() == first["probes"]["attached"].keys()
 

@@ -19,7 +19,7 @@ from . import op_rules as rules
 from .budget import Budget
 from .cost_meter import CostMeter
 from .op_sources import OperationSources
-from . import probe_prices
+from . import probe_prices, start_priority
 from .processes import Processes
 from .record_builder import META_PERIOD_S, RecordBuilder
 from .thread_fold import ExitedThreads, fold_all
@@ -44,6 +44,7 @@ class Collector(OperationSources, BudgetLoop, RecordBuilder):
         self._notify = notify or (lambda level, msg: None)
         self.probes = ProbeSet(pid, self.specs, max_probes=max_probes, notify=self.note, timeline=timeline,
                                children=children, roots=roots)
+        self.probes.before_compile = start_priority.end
         self.processes = Processes(self.probes.roots, roles, self.note)
         self.command = command_line(pid)
         self._names: dict[int, str] = {}
@@ -129,6 +130,8 @@ class Collector(OperationSources, BudgetLoop, RecordBuilder):
         self.probes.forget_processes(self.processes.refresh(self.probes.pids()))   # the children, for waits
         self.processes.waits.start()
         self._settle()
+        if niced := start_priority.end():
+            self.program["niced"] = niced
         self.mark_attach_step("ready_s")
         self.ring.write(self._meta())        # with the whole attach's steps
 

@@ -20,6 +20,7 @@ from ..account.books import Books
 from .collector import Collector
 from ..errors import IncompleteSummary
 from .gpu_source import GpuSource
+from . import start_priority
 from ..probes import catalog
 from ..ring.ring import RingReader, RingWriter, default_path
 from .target import check_target, is_alive, require_root
@@ -55,6 +56,7 @@ class Options:
     roles: dict[int, str] = dataclasses.field(default_factory=dict)   # --role PID=NAME
     record_path: str | None = None                  # --record: the whole session in one file
     record_max_mb: int = 1024                       # --record-max-mb: past it, no more events
+    polite_start: bool = False                      # `attach`: start-up work niced (start_priority.py)
 
 
 def specs_for(opts: Options) -> list[catalog.ProbeSpec]:
@@ -249,6 +251,8 @@ def _session(opts: Options, stop_reason: Callable[[], str | None], on_tick, read
         if not screen["owned"] and (not opts.quiet or level != "info"):
             print(f"rlscope-top: {msg}", file=sys.stderr, flush=True)
 
+    if opts.polite_start:
+        start_priority.begin()       # a no-op where `attach` began it before its imports
     require_root()
     for pid in (opts.pid, *opts.more_pids):
         check_target(pid)
@@ -310,6 +314,7 @@ def _session(opts: Options, stop_reason: Callable[[], str | None], on_tick, read
         summary["_path"] = path
         return summary
     finally:
+        start_priority.end()
         stack.close()
         if collector is not None:
             collector.close()

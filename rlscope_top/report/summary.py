@@ -7,9 +7,6 @@ import json
 import os
 import tempfile
 
-from rich.console import Console
-from rich.table import Table
-
 from ..account import frameworks as FW
 from ..account import processes as P
 from . import gpu_summary
@@ -105,6 +102,9 @@ def _fmt(v, unit: str = "s") -> str:
 
 def render(summary: dict, console: Console | None = None) -> None:
     """Print the summary as rich tables."""
+    from rich.console import Console  # noqa: PLC0415 - rich only when printing: off the attach's path
+    from rich.table import Table  # noqa: PLC0415
+
     console = console or Console(stderr=False)
     t = summary["totals"]
     head = (f"rlscope-top summary  pid {summary['pid']}  {summary['duration_s']:.1f}s  "
@@ -178,6 +178,8 @@ def _render_operations(summary: dict, console: Console) -> None:
     ops = {n: o for n, o in summary["operations"].items() if n != ALL_OP and "wall_s" in o}
     if not ops:
         return
+    from rich.table import Table  # noqa: PLC0415
+
     table = Table(title="operations (src: a annotated, s sampled)", title_justify="left", show_edge=False,
                   pad_edge=False)
     gpu = summary["totals"].get("gpu_s") is not None
@@ -198,6 +200,8 @@ def _render_processes(summary: dict, console: Console) -> None:
     procs = summary.get("processes") or []
     if len(procs) < 2:
         return
+    from rich.table import Table  # noqa: PLC0415
+
     table = Table(title="processes", title_justify="left", show_edge=False, pad_edge=False)
     for col in ("pid", "role", "Sim", "Python at work", "Backend", "waiting", "calls", "waits on (main thread)"):
         table.add_column(col, justify="left" if col in ("role", "waits on (main thread)") else "right")
