@@ -19,7 +19,8 @@ from typing import Callable, Iterator
 
 from .bpf_cache import KeptMemo, file_id
 from .prologue import is_cheap_at
-from ..errors import NotElf
+from ..errors import NotElf, UnsafePath
+from ..safe_files import open_regular
 
 SHT_SYMTAB, SHT_NOTE, SHT_NOBITS, SHT_DYNSYM = 2, 7, 8, 11
 STT_OBJECT, STT_FUNC, STT_GNU_IFUNC = 1, 2, 10
@@ -78,7 +79,11 @@ class ElfFile:
 
     def __init__(self, path: str):
         self.path = path
-        with open(path, "rb") as f:
+        try:                    # no FIFO or device: a target's user names the libraries read here
+            fd = open_regular(path)
+        except UnsafePath as e:
+            raise NotElf(e.message) from None
+        with open(fd, "rb") as f:
             if os.fstat(f.fileno()).st_size < 64:
                 raise NotElf(f"{path} is not an ELF file")
             self.mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
@@ -256,7 +261,11 @@ def find_debug_file(elf: ElfFile) -> str | None:
 
 def _crc32(path: str) -> int:
     crc = 0
-    with open(path, "rb") as f:
+    try:
+        fd = open_regular(path)
+    except UnsafePath:
+        return -1               # never a CRC32: a debug file that is not a regular file is not used
+    with open(fd, "rb") as f:
         while chunk := f.read(1 << 20):
             crc = zlib.crc32(chunk, crc)
     return crc

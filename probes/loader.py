@@ -26,6 +26,7 @@ from .static_copies import StaticCopies
 from .prologue import cheap_offset, is_cheap_at
 from ..collect.calibration import Calibration, load as load_calibration
 from ..errors import BccUnavailable
+from ..safe_files import open_regular
 
 TICK_HZ = 250   # CPU-clock tick per CPU that applies pending operation changes
 
@@ -283,6 +284,7 @@ class ProbeSet(MapAccess):
             return False
         root_path = path if os.path.exists(path) else f"/proc/{self._where.get(path, self.pid)}/root{path}"
         try:
+            os.close(open_regular(root_path))      # bcc's own open would block on a FIFO put in its place
             spec = resolve_symbol(self._bcc, spec, root_path)
             offset = 0 if spec.kind == PAIR else self._entry_offset(root_path, spec.symbol)
         except Exception as e:  # bcc raises bare Exception for a missing symbol
@@ -523,7 +525,7 @@ class ProbeSet(MapAccess):
 
     def _code_at(self, path: str, sym: str, n: int = 32) -> bytes:
         off = self._file_offset(path, sym, 0)
-        with open(path, "rb") as f:
+        with open(open_regular(path), "rb") as f:
             f.seek(off)
             return f.read(n)
 

@@ -8,6 +8,7 @@ Private directories are checked with lstat: a real directory, ours, mode 0700.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import tempfile
@@ -49,6 +50,36 @@ def _dir_problem(st: os.stat_result) -> str | None:
     if st.st_mode & 0o077:
         return f"has mode {stat.S_IMODE(st.st_mode):o}, not 700"
     return None
+
+
+def open_regular(path: str, *, follow: bool = True) -> int:
+    """Open an existing file for reading as root: only a regular file, and never blocking
+    (a FIFO planted where a library or a calibration was would hang the monitor; a device
+    would be read without end). Returns the file descriptor.
+
+    Args:
+        path: the file.
+        follow: False refuses a symlink as the last component (files rlscope-top keeps).
+
+    Raises:
+        UnsafePath: a symlink (with ``follow`` False), or not a regular file (a FIFO, a device).
+        OSError: missing, unreadable, or a directory.
+    """
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    try:
+        fd = os.open(path, flags)
+    except OSError as e:
+        if e.errno == errno.ELOOP and not follow:
+            raise UnsafePath(f"{path} is a symlink", hint="give the file itself, not a link to it") from None
+        raise
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        if stat.S_ISDIR(mode):          # as open() says it
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+        raise UnsafePath(f"{path} is not a regular file", hint="give a plain file")
+    os.set_blocking(fd, True)
+    return fd
 
 
 def create_exclusive(path: str, mode: int = FILE_MODE) -> int:

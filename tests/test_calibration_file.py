@@ -81,3 +81,71 @@ def test_doctor_names_the_broken_field(tmp_path):
     line = next(ln for ln in d.stdout.splitlines() if "calibration" in ln)
     assert "bracket.outside is 'lots'" in line and "rlscope-top calibrate" in line
     assert "Traceback" not in d.stdout + d.stderr
+
+
+def _load_within(seconds: float):
+    """C.load() in a thread: a FIFO read as a file would block it for good."""
+    import threading  # noqa: PLC0415
+
+    box = []
+    t = threading.Thread(target=lambda: box.append(C.load()), daemon=True)
+    t.start()
+    t.join(seconds)
+    assert box, "loading the calibration blocked"
+    return box[0]
+
+
+@pytest.mark.parametrize("kind, said", [
+    ("symlink", "is a symlink"),
+    ("fifo", "is not a regular file"),
+    ("directory", "Is a directory"),
+    ("group-writable", "writable by root alone"),
+    ("another user's", "owned by uid 65534"),
+])
+def test_a_file_root_should_not_trust_is_not_read(tmp_path, monkeypatch, kind, said):
+    """Root reads this file: never through a symlink, never a FIFO (a hang), never a file that
+    someone else could have written (its figures move every estimate)."""
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(_entry(GOOD)))
+    p = tmp_path / "calibration.json"
+    if kind == "symlink":
+        p.symlink_to(good)
+    elif kind == "fifo":
+        os.mkfifo(p)
+    elif kind == "directory":
+        p.mkdir()
+    else:
+        p.write_text(good.read_text())
+        if kind == "group-writable":
+            p.chmod(0o664)
+        elif os.geteuid() == 0:
+            os.chown(p, 65534, 65534)
+        else:
+            pytest.skip("chown needs root")
+    monkeypatch.setenv("RLSCOPE_CALIBRATION", str(p))
+    cal = _load_within(5)
+    assert not cal.measured and cal.kinds == C.DEFAULT_KINDS
+    assert said in cal.problem and str(p) in cal.problem, cal.problem
+
+
+def test_a_fifo_in_place_of_a_library_is_not_elf_and_does_not_block(tmp_path):
+    from rlscope_top.errors import NotElf  # noqa: PLC0415
+    from rlscope_top.probes.elf_symbols import ElfFile  # noqa: PLC0415
+
+    p = tmp_path / "libtorch_cpu.so"
+    os.mkfifo(p)
+    with pytest.raises(NotElf, match="not a regular file"):
+        ElfFile(str(p))
+
+
+def test_calibrate_replaces_a_fifo_or_symlink_without_reading_it(tmp_path, monkeypatch):
+    other = tmp_path / "elsewhere.json"
+    other.write_text(json.dumps({"schema": C.SCHEMA, "machines": {"another machine": {"kinds": GOOD}}}))
+    for kind in ("fifo", "symlink"):
+        p = tmp_path / f"{kind}.json"
+        os.mkfifo(p) if kind == "fifo" else p.symlink_to(other)
+        monkeypatch.setenv("RLSCOPE_CALIBRATION", str(p))
+        C.save(GOOD, {})
+        assert p.is_file() and not p.is_symlink()
+        assert list(json.loads(p.read_text())["machines"]) == [C.machine_key()]   # nothing read through it
+        assert json.loads(other.read_text())["machines"].keys() == {"another machine"}

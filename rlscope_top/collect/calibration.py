@@ -19,9 +19,11 @@ import dataclasses
 import json
 import math
 import os
+import stat
 import time
 
-from ..safe_files import write_atomic
+from ..errors import UnsafePath
+from ..safe_files import open_regular, write_atomic
 
 SCHEMA = "rlscope-top.calibration/1"
 DEFAULT_PATH = "/var/lib/rlscope-top/calibration.json"
@@ -102,12 +104,13 @@ def load() -> Calibration:
     file is there but cannot be used)."""
     key, p = machine_key(), path()
     try:
-        with open(p) as f:
-            data = json.load(f)
+        data = _read(p)
     except FileNotFoundError:
         return _defaults(key)
     except (OSError, ValueError) as e:
         return _defaults(key, f"cannot read {p}: {e}")
+    except UnsafePath as e:
+        return _defaults(key, f"not reading {e.message}")
     if not _is_calibration_file(data):
         return _defaults(key, f"{p} is not a {SCHEMA} file")
     entry = data["machines"].get(key)
@@ -117,6 +120,23 @@ def load() -> Calibration:
     if bad:
         return _defaults(key, f"{p}: {bad}")
     return Calibration({**DEFAULT_KINDS, **entry["kinds"]}, True, key)
+
+
+MAX_FILE = 4 << 20
+
+
+def _read(p: str):
+    """The file's JSON, read as root with care: not through a symlink, only a regular file of
+    root's (or ours) that no one else can write (its figures move every estimate)."""
+    fd = open_regular(p, follow=False)
+    with open(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if st.st_uid not in (0, os.geteuid()) or st.st_mode & 0o022:
+            raise UnsafePath(f"{p}: owned by uid {st.st_uid} with mode {stat.S_IMODE(st.st_mode):o}, "
+                             "not root's and writable by root alone", hint="run `rlscope-top calibrate` again")
+        if st.st_size > MAX_FILE:
+            raise ValueError(f"{st.st_size:,} bytes, more than a calibration file holds")
+        return json.loads(f.read())
 
 
 def _defaults(key: str, problem: str = "") -> Calibration:
@@ -155,11 +175,10 @@ def save(kinds: dict, details: dict) -> str:
     p = path()
     data = {"schema": SCHEMA, "machines": {}}
     try:
-        with open(p) as f:
-            old = json.load(f)
+        old = _read(p)
         if _is_calibration_file(old):
-            data = old      # other machines' entries are kept; a broken file is replaced
-    except (OSError, ValueError):
+            data = old      # other machines' entries are kept; a broken or untrusted file is replaced
+    except (OSError, ValueError, UnsafePath):
         pass
     data["machines"][machine_key()] = {"kinds": kinds, "details": details, "measured_at": time.time()}
     os.makedirs(os.path.dirname(p), exist_ok=True)
