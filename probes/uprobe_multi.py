@@ -113,7 +113,8 @@ def _try() -> bool:
         if path is None:
             return False
         fd = link(prog, path, off, False, os.getpid())
-        os.close(fd)
+        # closing a link waits out a grace period (~40 ms of an attach's wall time): not on its path
+        threading.Thread(target=_close, args=(fd,), name="rlscope-probe-close", daemon=True).start()
         return True
     except OSError:
         return False

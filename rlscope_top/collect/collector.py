@@ -124,14 +124,15 @@ class Collector(OperationSources, BudgetLoop, RecordBuilder):
                               "defaults until `rlscope-top calibrate` runs again")
         for group, syms in self.probes.missing.items():   # a build that lacks a symbol: say so in the summary
             self.note("warn", f"{group}: {len(syms)} probe(s) not attached: {', '.join(syms)[:300]}")
+        # before the sources: the GPU agent's injection stops the target, which must not wait on a niced monitor
+        if niced := start_priority.end():
+            self.program["niced"] = niced
         for src in self.sources:
             src.start(self)
         self.mark_attach_step("sources_s")
         self.probes.forget_processes(self.processes.refresh(self.probes.pids()))   # the children, for waits
         self.processes.waits.start()
         self._settle()
-        if niced := start_priority.end():
-            self.program["niced"] = niced
         self.mark_attach_step("ready_s")
         self.ring.write(self._meta())        # with the whole attach's steps
 

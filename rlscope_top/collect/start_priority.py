@@ -6,7 +6,8 @@ job nothing. Where every core is busy it came out of the job in one burst: issue
 ran 1.30x slower while a busy neighbour shared the 2-core VM. Niced, the same work waits
 for the job's slack instead, and where a core is idle it runs as fast as before. It must
 still finish in bounded time (nice 19 gets ~1.5% of a busy core), so the priority comes back
-in steps (STEPS) and is whole again when the attach ends.
+in steps (STEPS) and is whole again before the attach's last step, the GPU agent's injection,
+which stops the target while it runs.
 
 Only the threads this begins in or that start after it, and child processes started after
 it, are reniced; a task the job or the user reniced is left alone (a task is ours while its
