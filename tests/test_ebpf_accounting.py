@@ -52,7 +52,9 @@ def test_calibrate_measures_emulated_cheaper_than_out_of_line(ebpf, calibration_
     assert k["pair_ool"]["inside"] > k["pair_ool"]["outside"]   # the out-of-line step runs after the timestamp
     # the traps' kernel time: most of each kind's cost (75-98% seen); the out-of-line step is all kernel
     assert all(0.3 < v["kernel_share"] <= 1.0 for kind, v in k.items() if kind != "sched_switch"), k
-    assert k["pair_ool"]["kernel_share"] >= k["pair"]["kernel_share"], k
+    # within the shares' resolution: system time comes in 10 ms clock ticks, 18 readings over ~0.6 s a kind
+    # (CI once read pair_ool 0.946 against pair 0.963, both near all-kernel)
+    assert k["pair_ool"]["kernel_share"] >= k["pair"]["kernel_share"] - 0.05, k
     assert entry["details"]["n_calls"] == 20011
 
 
