@@ -25,11 +25,10 @@ import hashlib
 import json
 import os
 import re
-import stat
 
 import msgpack
 
-from ..safe_files import private_dir, write_atomic
+from ..safe_files import private_dir, read_trusted, write_atomic
 from .uprobe_multi import _attr, _bpf, _put
 
 FORMAT = 1                                  # of the cache file; part of the key
@@ -187,20 +186,13 @@ def read_private(path: str):
     plainly ours (a symlink, another owner, writable by others), or not msgpack."""
     try:
         private_dir(os.path.dirname(path))
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except Exception:           # none yet, an unsafe directory (save says so), a symlink
+        raw = read_trusted(path, MAX_FILE)
+    except Exception:           # none yet, an unsafe directory (save says so), not ours, too large
         return None
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022 \
-                or st.st_size > MAX_FILE:
-            return None
-        with os.fdopen(os.dup(fd), "rb") as f:
-            return msgpack.unpackb(f.read(), raw=False, strict_map_key=False)
-    except Exception:           # truncated or not ours: as if missing
+        return msgpack.unpackb(raw, raw=False, strict_map_key=False)
+    except Exception:           # truncated: as if missing
         return None
-    finally:
-        os.close(fd)
 
 
 def write_private(path: str, value) -> str | None:

@@ -82,6 +82,26 @@ def open_regular(path: str, *, follow: bool = True) -> int:
     return fd
 
 
+def read_trusted(path: str, max_size: int, owners: tuple[int, ...] = (), hint: str = "") -> bytes:
+    """The bytes of a file whose contents root acts on (kept programs, calibration): not through
+    a symlink, a regular file owned by us (or by one of ``owners``) that no one else can write.
+    ``hint``: how the user gets a good file back.
+
+    Raises:
+        UnsafePath: a symlink, not a regular file, another owner, or group/world writable.
+        ValueError: larger than ``max_size``.
+        OSError: missing or unreadable.
+    """
+    with open(open_regular(path, follow=False), "rb") as f:
+        st = os.fstat(f.fileno())
+        if st.st_uid not in (os.geteuid(), *owners) or st.st_mode & 0o022:
+            raise UnsafePath(f"{path}: owned by uid {st.st_uid} with mode {stat.S_IMODE(st.st_mode):o}, "
+                             "not root's and writable by root alone", hint=hint)
+        if st.st_size > max_size:
+            raise ValueError(f"{st.st_size:,} bytes, more than such a file holds")
+        return f.read()
+
+
 def create_exclusive(path: str, mode: int = FILE_MODE) -> int:
     """Open a new file at ``path`` for read/write; an existing name (file or symlink) fails.
 

@@ -19,11 +19,10 @@ import dataclasses
 import json
 import math
 import os
-import stat
 import time
 
 from ..errors import UnsafePath
-from ..safe_files import open_regular, write_atomic
+from ..safe_files import read_trusted, write_atomic
 
 SCHEMA = "rlscope-top.calibration/1"
 DEFAULT_PATH = "/var/lib/rlscope-top/calibration.json"
@@ -126,17 +125,9 @@ MAX_FILE = 4 << 20
 
 
 def _read(p: str):
-    """The file's JSON, read as root with care: not through a symlink, only a regular file of
-    root's (or ours) that no one else can write (its figures move every estimate)."""
-    fd = open_regular(p, follow=False)
-    with open(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if st.st_uid not in (0, os.geteuid()) or st.st_mode & 0o022:
-            raise UnsafePath(f"{p}: owned by uid {st.st_uid} with mode {stat.S_IMODE(st.st_mode):o}, "
-                             "not root's and writable by root alone", hint="run `rlscope-top calibrate` again")
-        if st.st_size > MAX_FILE:
-            raise ValueError(f"{st.st_size:,} bytes, more than a calibration file holds")
-        return json.loads(f.read())
+    """The file's JSON, read as root with care (its figures move every estimate): see
+    safe_files.read_trusted; root's own file is trusted too."""
+    return json.loads(read_trusted(p, MAX_FILE, owners=(0,), hint="run `rlscope-top calibrate` again"))
 
 
 def _defaults(key: str, problem: str = "") -> Calibration:
