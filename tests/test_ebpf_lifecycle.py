@@ -19,7 +19,9 @@ def test_every_ending_writes_the_summary(ebpf, target, monitor, tmp_path, how):
     go = tmp_path / "go"
     t = target("torch_errors.py", tmp_path / "caught", 2 if how == "target-exit" else 600, go)
     extra = ("--duration", "2") if how == "duration" else ()
-    m, summary = monitor(t.pid, *extra)
+    # probes stay on: under the default budget this loop's torch calls go to estimates at once,
+    # and an ending before their first window rightly reads n/a (what CI once caught)
+    m, summary = monitor(t.pid, "--max-overhead", "100", *extra)
     go.touch()                      # target-exit: its 2 s start now, whatever attach took
     time.sleep(1.0)
     sig = {"sigint": signal.SIGINT, "sigterm": signal.SIGTERM}.get(how)
@@ -29,7 +31,7 @@ def test_every_ending_writes_the_summary(ebpf, target, monitor, tmp_path, how):
                 "duration": "duration"}[how]
     assert expected in s["end_reason"]
     assert s["schema"] == "rlscope-top.summary/1"
-    assert s["totals"]["backend_s"] > 0 and s["calls"]["backend"] > 0
+    assert (s["totals"]["backend_s"] or 0) > 0 and (s["calls"]["backend"] or 0) > 0, s.get("estimates")
     assert "summary written to" in m.stderr_text
     assert "python" in m.stdout_text   # the printed table
     if how != "target-exit":
