@@ -13,6 +13,7 @@ import mmap
 import os
 import struct
 
+from . import proc_maps
 from ..annotate import (ATTACHED_OFF, MAGIC, MEMFD_NAME, NAME_SIZE, NAMES_OFF, NNAMES_OFF,
                         REGION_SIZE, VERSION)
 
@@ -21,14 +22,10 @@ KIND_NAMES = {0: "", 1: "simulation"}
 
 def find_memfd(pid: int, name: str) -> tuple[int, str] | None:
     """(address, map_files path) of the memfd mapping called ``name`` in ``pid``, or None."""
-    try:
-        with open(f"/proc/{pid}/maps") as f:
-            for line in f:
-                if f"/memfd:{name}" in line:
-                    rng = line.split(None, 1)[0]
-                    return int(rng.split("-")[0], 16), f"/proc/{pid}/map_files/{rng}"
-    except OSError:
-        pass
+    want = f"/memfd:{name}"
+    for path in (want, f"{want} (deleted)"):
+        for r in proc_maps.named(pid, path):
+            return r.start, f"/proc/{pid}/map_files/{r.start:x}-{r.end:x}"
     return None
 
 

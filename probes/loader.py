@@ -79,6 +79,8 @@ class ProbeSet(MapAccess):
         self._first: list[int] = []              # the processes at attach
         self.groups: dict[str, str] = {}          # group -> library path
         self._tried: set[tuple[int, str]] = set()
+        self._by_name: dict[str, tuple[int, ...]] = {}     # path -> specs whose library pattern it matches
+        self._any_lib = [i for i, s in enumerate(specs) if s.any_lib]
         self.modes: dict[int, str] = {}           # category -> timed | count | off
         self._offsets: dict[tuple, int] = {}      # (library, symbol, offset) -> file offset
         self._events: list[tuple] = []
@@ -253,10 +255,10 @@ class ProbeSet(MapAccess):
         # end-of-call probes first (as within a pair): a call already running when its begin
         # probe went in would otherwise hold the depth open for good
         order = sorted(enumerate(self.specs), key=lambda x: x[1].kind not in (EXIT, RANGE_END))
+        wanted = self._wanted(paths, copies)
         for i, spec in order:
-            for path in paths:
-                if (i, path) in self._tried or not _lib_matches(spec, path, copies) or \
-                        self.modes.get(spec.category) == "off":
+            for path in wanted.get(i, ()):
+                if (i, path) in self._tried or self.modes.get(spec.category) == "off":
                     continue
                 self._tried.add((i, path))
                 if self._attach(i, spec, path) and spec.group not in self.groups:
@@ -269,6 +271,19 @@ class ProbeSet(MapAccess):
         symbols.OFFSETS.save()
         elf_symbols.DEFINES.save()
         return new_groups
+
+    def _wanted(self, paths: set[str], copies: dict[str, frozenset[str]]) -> dict[int, list[str]]:
+        """Spec index -> the mapped libraries it goes into. Which specs a library's name matches
+        is asked once per path (a training process maps hundreds; the scan runs every 0.5 s)."""
+        out: dict[int, list[str]] = {}
+        for path in paths:
+            named = self._by_name.get(path)
+            if named is None:
+                named = self._by_name[path] = tuple(i for i, s in enumerate(self.specs) if s.matches(path))
+            copied = copies.get(path, ())
+            for i in dict.fromkeys((*named, *(i for i in self._any_lib if self.specs[i].symbol in copied))):
+                out.setdefault(i, []).append(path)
+        return out
 
     def _named(self, path: str) -> bool:
         """A library a static-copy probe matches by name already (libmujoco.so itself)."""
@@ -538,11 +553,6 @@ class ProbeSet(MapAccess):
         except Exception:
             return False
         return bool(code) and is_cheap_at(code, 0)
-
-
-def _lib_matches(spec: ProbeSpec, path: str, copies: dict[str, frozenset[str]]) -> bool:
-    """A probe goes into a library named by its pattern, or one that carries a copy of its symbol."""
-    return spec.matches(path) or (spec.any_lib and spec.symbol in copies.get(path, ()))
 
 
 def _fields_ns(cost: dict, exit_fields: int) -> int:

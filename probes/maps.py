@@ -14,6 +14,7 @@ import time
 
 from . import catalog
 from . import frameworks as fw
+from . import proc_maps
 
 DRAIN_BUDGET_S = 0.1   # monitor time one drain of the event buffer may take
 NTICK = 7       # on-CPU ticks per thread: Python (its frames read: bpf_program.c site_where), a probed category (1-3), other user code, kernel, a probe's trap
@@ -62,17 +63,7 @@ class OpCounters:
 
 def exec_ranges(pid: int) -> list[tuple[int, int, str]]:
     """(start, end, path) of every executable file mapping of a process."""
-    out = []
-    try:
-        with open(f"/proc/{pid}/maps") as f:
-            for line in f:
-                parts = line.split(None, 5)
-                if len(parts) == 6 and "x" in parts[1] and parts[5].startswith("/"):
-                    a, b = parts[0].split("-")
-                    out.append((int(a, 16), int(b, 16), parts[5].rstrip("\n")))
-    except OSError:
-        pass
-    return out
+    return [(r.start, r.end, r.path) for r in proc_maps.exec_files(pid)]
 
 
 def _cur_op(s) -> int:
@@ -87,38 +78,22 @@ def _cur_op(s) -> int:
 
 def uprobes_page(pid: int) -> tuple[int, int] | None:
     """(start, end) of a process's ``[uprobes]`` mapping, or None before its first trap."""
-    try:
-        with open(f"/proc/{pid}/maps") as f:
-            return find_uprobes_page(f)
-    except OSError:
-        return None
+    return _uprobes_in(proc_maps.named(pid, "[uprobes]"))
 
 
 def find_uprobes_page(lines) -> tuple[int, int] | None:
     """The ``[uprobes]`` range in /proc/PID/maps lines. The name must be the whole path field:
     a file the target maps may be called ``/tmp/x [uprobes]``."""
-    for line in lines:
-        parts = line.split(None, 5)
-        if len(parts) == 6 and parts[5].rstrip("\n") == "[uprobes]":
-            a, b = parts[0].split("-")
-            return int(a, 16), int(b, 16)
-    return None
+    return _uprobes_in(proc_maps.parse(lines))
+
+
+def _uprobes_in(regions) -> tuple[int, int] | None:
+    return next(((r.start, r.end) for r in regions if r.path == "[uprobes]"), None)
 
 
 def mapped_files(pid: int) -> set[str]:
     """Paths of executable file mappings of a process (empty if it is gone)."""
-    paths = set()
-    try:
-        with open(f"/proc/{pid}/maps") as f:
-            for line in f:
-                parts = line.split(None, 5)
-                if len(parts) == 6 and "x" in parts[1] and parts[5].startswith("/"):
-                    p = parts[5].rstrip("\n")
-                    if not p.endswith(" (deleted)"):
-                        paths.add(p)
-    except OSError:
-        pass
-    return paths
+    return {r.path for r in proc_maps.exec_files(pid) if not r.path.endswith(" (deleted)")}
 
 
 class MapAccess:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import struct
 
+from . import proc_maps
 from .elf_symbols import defines
 from .symbols import target_file
 
@@ -39,6 +40,7 @@ class StaticCopies:
         self._active: dict[str, frozenset[str]] = {}   # path -> names, once the copy ran
         self._skip: dict[str, bool] = {}                # path -> matched by name (asked once)
         self._where: dict[str, list[int]] = {}          # path -> the symbols' addresses in the target
+        self._none: dict[str, int] = {}                 # path -> the inode mapped when it defined none
 
     def scan(self, paths: set[str], skip=lambda path: False) -> dict[str, frozenset[str]]:
         """The libraries among ``paths`` whose copy of ``names`` the target has run.
@@ -53,14 +55,17 @@ class StaticCopies:
         if not self.names:
             return {}
         waiting: dict[str, dict[str, int]] = {}
+        inodes = {r.path: r.inode for r in proc_maps.exec_files(self.pid)}
         for p in paths:
             if p not in self._skip:
                 self._skip[p] = skip(p)
-            if p in self._active or self._skip[p]:
-                continue
+            if p in self._active or self._skip[p] or (p in self._none and self._none[p] == inodes.get(p)):
+                continue          # the same mapped file defined none at the last look: no stat, no read
             found = defines(target_file(self.pid, p), self.names)
             if found:
                 waiting[p] = found
+            elif p in inodes:
+                self._none[p] = inodes[p]
         for gone in self._where.keys() - paths:     # unmapped: a new mapping may lie elsewhere
             del self._where[gone]
         if waiting:
@@ -90,15 +95,9 @@ class StaticCopies:
 def _file_maps(pid: int, paths: set[str]) -> dict[str, list[tuple[int, int, int]]]:
     """path -> (start, end, file offset) of each mapping of ``paths`` in a process."""
     out: dict[str, list[tuple[int, int, int]]] = {}
-    try:
-        with open(f"/proc/{pid}/maps") as f:
-            for line in f:
-                parts = line.split(None, 5)
-                if len(parts) == 6 and (path := parts[5].rstrip("\n")) in paths:
-                    lo, hi = (int(x, 16) for x in parts[0].split("-"))
-                    out.setdefault(path, []).append((lo, hi, int(parts[2], 16)))
-    except OSError:
-        pass
+    for r in proc_maps.regions(pid):
+        if r.path in paths:
+            out.setdefault(r.path, []).append((r.start, r.end, r.offset))
     return out
 
 

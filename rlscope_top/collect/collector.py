@@ -11,7 +11,7 @@ import time
 from typing import Callable
 
 from ..errors import AttachError, BccMissing, BpfCompileError
-from ..probes import ann_region, catalog
+from ..probes import ann_region, catalog, proc_maps
 from ..probes.loader import BccUnavailable, ProbeSet
 from ..ring import records as R
 from ..ring.ring import RecordTooLarge, RingWriter
@@ -143,15 +143,14 @@ class Collector(OperationSources, BudgetLoop, RecordBuilder):
 
     def tick(self) -> None:
         """Pick up new libraries, drain events, and write one counters record."""
+        with proc_maps.one_read():            # the scan and the GPU source's look share one read
+            self._tick()
+
+    def _tick(self) -> None:
         now = time.monotonic()
         if now - self._last_scan >= SCAN_PERIOD_S:
             self._last_scan = now
-            self._find_annotations()
-            if self.probes.scan():
-                self.ring.write(self._meta())
-                self._last_meta = now
-            self.probes.set_ranges(self.probes.category_ranges())     # a library that maps no probe counts too
-            self.probes.set_xol()
+            self._scan(now)
         if now - self._last_meta >= META_PERIOD_S:
             self._last_meta = now
             self.ring.write(self._meta())
@@ -169,6 +168,15 @@ class Collector(OperationSources, BudgetLoop, RecordBuilder):
         if not self._sample(now):
             self._apply_budget(now, ctr["hits"])
 
+
+    def _scan(self, now: float) -> None:
+        """New libraries, the annotation region, the tick's ranges."""
+        self._find_annotations()
+        if self.probes.scan():
+            self.ring.write(self._meta())
+            self._last_meta = now
+        self.probes.set_ranges(self.probes.category_ranges())     # a library that maps no probe counts too
+        self.probes.set_xol()
 
     def _write_counters(self, ctr: dict, sources: bool = True) -> None:
         try:

@@ -23,7 +23,7 @@ from .gpu_source import GpuSource
 from . import start_priority
 from ..probes import catalog
 from ..ring.ring import RingReader, RingWriter, default_path
-from .target import check_target, is_alive, require_root
+from .target import AliveCheck, check_target, require_root
 
 TICK_S = 0.25  # how often the collector reads the kernel maps
 ATTACHING = ("attaching: loading the eBPF probes (the first attach on a new kernel compiles them: "
@@ -360,6 +360,16 @@ class _Exporter:
 
 def _loop(opts: Options, collector: Collector, reader: RingReader, books: Books,
           stop_reason: Callable[[], str | None], on_tick: Callable[[Books], None] | None) -> str:
+    alive = AliveCheck(opts.pid)
+    try:
+        return _run_loop(opts, collector, reader, books, stop_reason, on_tick, alive)
+    finally:
+        alive.close()
+
+
+def _run_loop(opts: Options, collector: Collector, reader: RingReader, books: Books,
+              stop_reason: Callable[[], str | None], on_tick: Callable[[Books], None] | None,
+              alive: Callable[[], bool]) -> str:
     start = time.monotonic()
     next_tick = start + TICK_S
     while True:
@@ -367,7 +377,7 @@ def _loop(opts: Options, collector: Collector, reader: RingReader, books: Books,
             return reason
         if opts.duration_s is not None and time.monotonic() - start >= opts.duration_s:
             return f"duration {opts.duration_s:g}s reached"
-        if not is_alive(opts.pid):
+        if not alive():
             return "target exited"
         now = time.monotonic()
         if now >= next_tick:

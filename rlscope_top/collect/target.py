@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import select
 
 import psutil
 
@@ -62,6 +63,32 @@ def is_alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
+
+
+class AliveCheck:
+    """``is_alive(pid)`` for a loop that asks 50 times a second: a pidfd polled (~0.3 us;
+    psutil reads /proc/PID/stat twice, ~30 us), psutil where there is no pidfd."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        try:
+            self._fd = os.pidfd_open(pid)
+        except (AttributeError, OSError):
+            self._fd = None
+            return
+        self._poll = select.poll()
+        self._poll.register(self._fd, select.POLLIN)    # readable once it has exited (a zombie too)
+
+    def __call__(self) -> bool:
+        if self._fd is None:
+            return is_alive(self.pid)
+        return not self._poll.poll(0)
+
+    def close(self) -> None:
+        """Close the pidfd (asked after that, it falls back to psutil)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 def thread_name(pid: int, tid: int) -> str:
