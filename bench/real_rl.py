@@ -172,12 +172,14 @@ def overhead_table(rows: list[dict]) -> list[str]:
     """The self-report against the measured slowdown, with the self-report's parts (issue 12:
     within 30%)."""
     out = ["| program | session | measured slowdown % | self-reported % | self / measured | probes % | kernel_extra % "
-           "| contention % | sampler % |", "|---|---|---|---|---|---|---|---|---|"]
+           "| contention % | sampler % | monitor CPU, % of a core |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         src, w = r["by_source_s"], r["wall_s"] or float("nan")
         ratio = r["self_pct"] / r["measured_pct"] if r["measured_pct"] > 0.5 else float("nan")
         parts = " | ".join(f"{100 * (src.get(k) or 0.0) / w:.1f}" for k in ("probes", "kernel_extra", "contention", "sampler"))
-        out.append(f"| {r['program']} | {r['mode']} | {r['measured_pct']:.1f} | {r['self_pct']:.1f} | {ratio:.2f} | {parts} |")
+        cpu = f"{100 * r['monitor_cpu_s'] / w:.1f}" if r.get("monitor_cpu_s") is not None else "n/a"
+        out.append(f"| {r['program']} | {r['mode']} | {r['measured_pct']:.1f} | {r['self_pct']:.1f} | {ratio:.2f} | {parts} "
+                   f"| {cpu} |")
     return out
 
 
