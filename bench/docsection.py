@@ -6,15 +6,21 @@ import os
 import time
 
 
+KEEP = "<!-- notes below are written by hand: a bench that rewrites the table above keeps them -->"
+
+
 def replace_section(path: str, heading: str, lines: list[str]) -> None:
-    """Put `heading` + `lines` where that section is now (or at the end), leaving other sections alone."""
+    """Put `heading` + `lines` where that section is now (or at the end), leaving other sections
+    alone, and the section's own notes below its KEEP line (the line goes in after ``lines``)."""
     text = open(path).read() if os.path.exists(path) else ""
-    body = "\n".join([heading, "", *lines]).rstrip() + "\n"
+    body = "\n".join([heading, "", *lines, "", KEEP]).rstrip() + "\n"
     if heading in text:
         head, rest = text.split(heading, 1)
         nxt = rest.find("\n## ")
         tail = rest[nxt + 1:] if nxt >= 0 else ""
-        text = head + body + ("\n" + tail if tail else "")
+        own = rest[:nxt + 1] if nxt >= 0 else rest
+        notes = own.split(KEEP, 1)[1].strip("\n") if KEEP in own else ""
+        text = head + body + ("\n" + notes + "\n" if notes else "") + ("\n" + tail if tail else "")
     else:
         text = text.rstrip() + "\n\n" + body
     with open(path, "w") as f:
