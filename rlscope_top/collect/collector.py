@@ -26,6 +26,7 @@ from .thread_fold import ExitedThreads, fold_all
 from .target import command_line
 from .windows import BudgetLoop
 
+EXACT_PCT = 100.0       # --max-overhead 100: the budget never steps a category down
 SCAN_PERIOD_S = 0.5     # new libraries are picked up within this (+ one tick)
 
 
@@ -94,7 +95,8 @@ class Collector(OperationSources, BudgetLoop, RecordBuilder):
         self.mark_attach_step("load_s")
         self.cost.probes_in()
         try:
-            self.probes.count_first()            # BudgetLoop._first_window times what fits
+            if self.budget.max_pct < EXACT_PCT:    # exact mode times every call from t0: nothing to price
+                self.probes.count_first()        # BudgetLoop._first_window times what fits
             self.t0_ns = self.probes.start()
             self._count_from = (time.monotonic(), self.probes.hits())
         except Exception as e:
