@@ -23,9 +23,8 @@ KIND_NAMES = {0: "", 1: "simulation"}
 def find_memfd(pid: int, name: str) -> tuple[int, str] | None:
     """(address, map_files path) of the memfd mapping called ``name`` in ``pid``, or None."""
     want = f"/memfd:{name}"
-    for path in (want, f"{want} (deleted)"):
-        for r in proc_maps.named(pid, path):
-            return r.start, f"/proc/{pid}/map_files/{r.start:x}-{r.end:x}"
+    for r in proc_maps.named(pid, want, f"{want} (deleted)"):
+        return r.start, f"/proc/{pid}/map_files/{r.start:x}-{r.end:x}"
     return None
 
 

@@ -100,9 +100,9 @@ def exec_in(maps_text: str) -> list[Region]:
             for m in _EXEC_FILE.finditer(maps_text)]
 
 
-def named(pid: int, path: str) -> list[Region]:
-    """The mappings whose path field is ``path`` exactly (a substring search first: cheap)."""
+def named(pid: int, *paths: str) -> list[Region]:
+    """The mappings whose path field is one of ``paths`` exactly (a substring search first: cheap)."""
     t = text(pid)
-    if path not in t:
+    if not any(p in t for p in paths):
         return []
-    return [r for r in parse(ln for ln in t.splitlines() if path in ln) if r.path == path]
+    return [r for r in parse(ln for ln in t.splitlines() if any(p in ln for p in paths)) if r.path in paths]

@@ -105,3 +105,15 @@ def test_alive_check_counts_a_zombie_as_gone():
         alive.close()
     assert not alive()                       # closed: psutil's answer for a reaped pid
     assert not AliveCheck(2 ** 22 + 1)()     # no such process (above pid_max)
+
+
+def test_named_takes_the_whole_path_field_only(monkeypatch):
+    from rlscope_top.probes import ann_region
+    from rlscope_top.probes.maps import uprobes_page
+
+    monkeypatch.setattr(proc_maps, "_read", lambda pid: {"text": MAPS})
+    assert [r.path for r in proc_maps.named(7, "[uprobes]")] == ["[uprobes]"]
+    assert uprobes_page(7) == (0x7FFFFFFFE000, 0x7FFFFFFFF000)
+    assert ann_region.find_memfd(7, "rlscope-top-ops") == (0x7F174DA31000, "/proc/7/map_files/7f174da31000-7f174da52000")
+    assert ann_region.find_memfd(7, "rlscope-top") is None          # a prefix of the name is not it
+    assert proc_maps.named(7, "/nowhere", "/tmp/old.so") == [] and proc_maps.named(7, "/tmp/old.so (deleted)")

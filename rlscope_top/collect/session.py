@@ -360,11 +360,8 @@ class _Exporter:
 
 def _loop(opts: Options, collector: Collector, reader: RingReader, books: Books,
           stop_reason: Callable[[], str | None], on_tick: Callable[[Books], None] | None) -> str:
-    alive = AliveCheck(opts.pid)
-    try:
+    with contextlib.closing(AliveCheck(opts.pid)) as alive:
         return _run_loop(opts, collector, reader, books, stop_reason, on_tick, alive)
-    finally:
-        alive.close()
 
 
 def _run_loop(opts: Options, collector: Collector, reader: RingReader, books: Books,
