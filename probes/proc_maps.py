@@ -61,6 +61,20 @@ def _read(pid: int) -> dict:
     return got
 
 
+def stamp(pids) -> tuple[tuple[int, int], ...]:
+    """A cheap sign that processes' mappings changed: each one's mapped size in pages
+    (/proc/PID/statm, no walk of its ~1,300 regions; -1 if gone). A mapping added or removed
+    changes it; one swapped for another of the same size does not."""
+    out = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/statm") as f:
+                out.append((pid, int(f.read().split(None, 1)[0])))
+        except (OSError, ValueError, IndexError):
+            out.append((pid, -1))
+    return tuple(out)
+
+
 def regions(pid: int) -> list[Region]:
     """The process's mappings (empty if it is gone or unreadable)."""
     return parse(text(pid).splitlines())

@@ -177,6 +177,9 @@ def test_busy_union_matches_the_plain_union(seed):
     lo, hi = 700_000_000, 2_100_000_000
     clipped = [(max(a, lo), min(b, hi)) for a, b in ivs if b > lo and a < hi]
     assert abs(u.busy(lo, hi) - _merged_total(clipped)) <= 2 * u.bin_ns   # only the two edge bins pro-rate
+    assert 600 > len(u.bins)           # a window of more bins than are kept walks the kept ones
+    assert abs(u.busy(0, 6_000_000_000) - _merged_total(ivs)) <= 2 * u.bin_ns
+    assert BusyUnion().busy(0, 10_000_000_000) == 0
 
 
 def test_busy_union_counts_late_records_and_never_exceeds_wall():

@@ -117,3 +117,39 @@ def test_named_takes_the_whole_path_field_only(monkeypatch):
     assert ann_region.find_memfd(7, "rlscope-top-ops") == (0x7F174DA31000, "/proc/7/map_files/7f174da31000-7f174da52000")
     assert ann_region.find_memfd(7, "rlscope-top") is None          # a prefix of the name is not it
     assert proc_maps.named(7, "/nowhere", "/tmp/old.so") == [] and proc_maps.named(7, "/tmp/old.so (deleted)")
+
+
+MAPPER = """
+import mmap, sys
+kept = []
+print("ready", flush=True)
+for line in sys.stdin:
+    f = open(sys.executable, "rb")          # a file mapping, as a dlopen makes
+    kept.append(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+    print("mapped", flush=True)
+"""
+
+
+def test_a_scan_reads_the_maps_again_only_when_they_may_have_changed():
+    p = subprocess.Popen([sys.executable, "-c", MAPPER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        ps = ProbeSet(p.pid, catalog.builtin())
+        s0 = proc_maps.stamp([p.pid])
+        assert s0[0][0] == p.pid and s0[0][1] > 0
+        assert ps.maps_changed(100.0) is True              # the first scan
+        assert ps.maps_changed(100.5) is False             # nothing moved
+        p.stdin.write("map\n")
+        p.stdin.flush()
+        assert p.stdout.readline().strip() == "mapped"
+        assert proc_maps.stamp([p.pid]) != s0
+        assert ps.maps_changed(101.0) is True              # a new file mapping
+        assert ps.maps_changed(101.5) is False
+        ps.modes[1] = "off"
+        assert ps.maps_changed(102.0) is True              # a category's mode: its libraries wait on it
+        assert ps.maps_changed(102.5) is False
+        assert ps.maps_changed(102.0 + 5.0) is True        # FULL_SCAN_S, changed or not
+    finally:
+        p.kill()
+        p.wait()
+    assert proc_maps.stamp([p.pid]) == ((p.pid, -1),)     # gone

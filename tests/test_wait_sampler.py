@@ -57,3 +57,35 @@ def test_pipe_sleep_and_socket_peers():
             p.wait()
         os.close(w)
         a.close()
+
+
+def _rounds(pid: int, seconds: float = 1.5) -> int:
+    """Rounds the sampler's own thread takes over ``seconds`` with one process to look at."""
+    s = WaitSampler(lambda: [pid])
+    n = [0]
+    real = s.sample_once
+
+    def counted(now):
+        n[0] += 1
+        return real(now)
+
+    s.sample_once = counted
+    s.start()
+    time.sleep(seconds)
+    s.stop()
+    return n[0]
+
+
+def test_the_rate_falls_while_nothing_is_blocked_and_comes_back_with_a_wait():
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        _blocked(sleeper.pid)
+        quiet, waiting = _rounds(busy.pid), _rounds(sleeper.pid)
+    finally:
+        for p in (busy, sleeper):
+            p.kill()
+            p.wait()
+    # 1.5 s at a mean 20 ms: ~75 rounds while blocked; ~10 rounds to reach 0.2 s, then ~6 more
+    assert waiting >= 35, waiting
+    assert quiet <= 25, quiet

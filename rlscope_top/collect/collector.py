@@ -172,8 +172,13 @@ class Collector(OperationSources, BudgetLoop, RecordBuilder):
 
 
     def _scan(self, now: float) -> None:
-        """New libraries, the annotation region, the tick's ranges."""
-        self._find_annotations()
+        """New libraries, the annotation region, the tick's ranges (what the maps say only
+        where they may have changed; the region's new names each time)."""
+        changed = self.probes.maps_changed(now)
+        if changed or self.region is not None:
+            self._find_annotations()
+        if not changed:
+            return
         if self.probes.scan():
             self.ring.write(self._meta())
             self._last_meta = now
