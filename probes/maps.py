@@ -254,10 +254,7 @@ class MapAccess:
         return ev
 
     def _on_event(self, ctx, data, size):
-        cls = getattr(self, "_event_cls", None)
-        if cls is None:       # bcc builds the struct from the program once; a cast per event costs ~3x
-            cls = self._event_cls = type(self.bpf["events"].event(data))
-        e = cls.from_address(data)
+        e = self.bpf["events"].event(data)
         self._events.append((e.kind, e.ts, e.tid, e.name.decode(errors="replace"), e.cat))
         if len(self._events) % 1024 == 0 and time.monotonic() > self._drain_until:
             return -1                 # libbpf stops consuming here; the rest stays in the buffer

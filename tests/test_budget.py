@@ -1,5 +1,7 @@
 """The budget's decisions on hand-built hit streams."""
 
+import pytest
+
 from rlscope_top.collect.budget import Budget
 
 # probe ids: 0 backend begin (1000 ns/hit), 1 backend end (1000), 2 simulator pair (2000)
@@ -81,3 +83,36 @@ def test_a_rare_always_on_lever_stays_and_is_not_its_categorys_saving():
     # 5% backend + 0.8% ranges: counting leaves 2.5 + 0.8 = 3.3% > 65% of 5% -> off (had the
     # ranges been backend's, counting would have seemed to leave 2.9%)
     assert d.category == 1 and d.mode == "off" and abs(d.category_pct - 5.0) < 1e-9
+
+
+class _Clock:
+    """time.monotonic and time.sleep on a clock of the test's own (sleep moves it)."""
+
+    def __init__(self):
+        self.t = 100.0
+
+    def monotonic(self):
+        return self.t
+
+    def sleep(self, s):
+        self.t += s
+
+
+def test_the_first_window_ends_once_it_has_enough_hits_to_price_and_never_after_30_ms(monkeypatch):
+    from types import SimpleNamespace
+
+    from rlscope_top.collect import windows
+
+    clock = _Clock()
+    monkeypatch.setattr(windows, "time", clock)
+
+    def waited(hits_per_s: float) -> float:
+        t0 = clock.t
+        probes = SimpleNamespace(hits=lambda: [int(hits_per_s * (clock.t - t0)), 7])
+        windows.BudgetLoop._count_window(SimpleNamespace(probes=probes), t0, 7)
+        return round(clock.t - t0, 6)
+
+    assert waited(330_000) == pytest.approx(windows.COUNT_MIN_S)          # a hot loop: 2,640 hits in 8 ms
+    assert waited(1_000) == pytest.approx(windows.COUNT_WINDOW_S, abs=1e-4)   # 30 hits: the whole window
+    hot_enough = windows.COUNT_ENOUGH / 0.02                               # the hits are there at 20 ms
+    assert windows.COUNT_MIN_S < waited(hot_enough) <= 0.02 + 0.004

@@ -2,7 +2,7 @@
 
 Each window (0.25 s, every collector tick; 50 ms for the first ones after attach, so that a costly probe set does
 not run a second at full rate before it is priced) it prices the hits of every probe with its calibrated cost.
-The very first window (30 ms, collect/windows.py ``_first_window``) sees every category
+The very first window (8-30 ms, collect/windows.py ``_first_window``) sees every category
 counting, entries only, and prices each entry hit at its whole bracket: a category over budget
 steps down before its exit probes ever go in (the traps run from attach, not from the first
 decision: the tiny-op loop lost ~40% of its speed for the ~0.2 s the first decision took). When

@@ -22,7 +22,9 @@ SAMPLE_JITTER = 0.5     # ... at a random offset of up to +-50% of the period, s
 SAMPLE_SHARE = WINDOW_SHARE   # share of the budget the sample windows may use
 SETTLE_STEPS = 4        # 50 ms budget windows right after attach: timed -> count -> off, and a second category
 COUNT_WINDOW_S = 0.03   # the first one, entries only: the traps run from attach (~40% of the tiny-op
-                        # loop's speed went in the ~0.2 s that the first decision took after it)
+                        # loop's speed went in the ~0.2 s that the first decision took after it) ...
+COUNT_MIN_S = 0.008     # ... or shorter, once it holds COUNT_ENOUGH hits: the tiny-op loop ran at
+COUNT_ENOUGH = 2000     # 0.72 of its speed for the whole 30 ms, and has ~2.6k hits in 8 ms
 FIRST_RETIME_S = (1.0, 1.5)   # a category stepped down there has no timed window at all: its first
                               # one comes this soon (s after the step), not a whole period later
 
@@ -56,7 +58,7 @@ class BudgetLoop:
         if not counting:
             return
         t, hits0 = self._count_from
-        time.sleep(max(0.0, COUNT_WINDOW_S - (time.monotonic() - t)))
+        self._count_window(t, sum(hits0))
         now, hits = time.monotonic(), self.probes.hits()
         plan, steps, stopped = dict.fromkeys(counting, "timed"), [], []
         for _ in range(2 * len(counting) + 4):
@@ -85,11 +87,20 @@ class BudgetLoop:
             if plan[d.category] == d.mode:          # the plan's last word for it
                 self._step_category(d, now, untimed=True)
 
+    def _count_window(self, t: float, hits0: int) -> None:
+        """Wait out the first window: COUNT_WINDOW_S, or from COUNT_MIN_S on as soon as the
+        probes have COUNT_ENOUGH hits to price (a hot loop's traps cost it most in this window)."""
+        time.sleep(max(0.0, t + COUNT_MIN_S - time.monotonic()))
+        while (left := t + COUNT_WINDOW_S - time.monotonic()) > 1e-4:
+            if sum(self.probes.hits()) - hits0 >= COUNT_ENOUGH:
+                return
+            time.sleep(min(0.004, left))
+
     def _price_once(self, t0: float, hits0: list[int], t1: float, hits1: list[int], probes: list, modes: dict,
                     levers: dict):
         """The budget's decision for one window given whole (t0 to t1), with these prices."""
         self.budget.reset()
-        self.budget.window_s = COUNT_WINDOW_S
+        self.budget.window_s = min(COUNT_WINDOW_S, t1 - t0)
         try:
             self.budget.update(t0, hits0, probes, {})
             return self.budget.update(t1, hits1, probes, modes, None, levers)
