@@ -134,7 +134,8 @@ BPF_ARRAY(nranges, u32, 1);
 BPF_HASH(threads, u32, struct tstate, 32768);
 BPF_PERCPU_ARRAY(blank, struct tstate, 1);
 BPF_PERCPU_ARRAY(hits, u64, NPROBES);
-BPF_RINGBUF_OUTPUT(events, 1024);   // 4 MiB: ~44k events, a 0.25 s tick of ranges at ~85k/s
+BPF_RINGBUF_OUTPUT(events, 2048);   // 8 MiB: ~87k events, a 0.25 s tick of ranges at ~170k/s (4 MiB lost
+                                    // ~1% of tests/test_ebpf_ranges.py's ~200k events/s once drains came late)
 BPF_PERCPU_ARRAY(ev_drops, u64, 1);   // events the ring buffer had no room for (the monitor fell behind)
 
 static __always_inline void ev_dropped(void) {
