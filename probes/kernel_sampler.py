@@ -131,8 +131,6 @@ class KernelStackSampler(StackSampler):
         self._sites_final = self.site_ticks()
         if self._thread is not None:
             self._thread.join(timeout=2)
-        if self._rb and not (self._thread and self._thread.is_alive()):
-            self._lib.bpf_consume_ringbuf(self._rb)     # the last decided samples (no wakeup came)
         if self._rb:
             self._lib.bpf_free_ringbuf(self._rb)
             self._rb = None
@@ -184,7 +182,6 @@ class KernelStackSampler(StackSampler):
         last = 0.0
         while not self._stopping:
             self._lib.bpf_poll_ringbuf(self._rb, POLL_MS)
-            self._lib.bpf_consume_ringbuf(self._rb)     # the decided samples, queued without a wakeup
             for pid in list(self._starting):
                 interp = self.interps.get(pid)
                 if interp is None or self._thread_states(interp):

@@ -174,9 +174,7 @@ static __always_inline u32 pys_sample(u32 tgid, u32 tid, u64 now, u8 why) {
     pys_walk(e, pi, *tsp);
     u32 op = pys_decide(e, tgid);
     e->decided = op != PYS_UNDECIDED;  // the monitor only counts it
-    // a decided sample needs no prompt reader: the monitor takes it at its next poll (<= 50 ms),
-    // not with a wakeup per sample (250 a second, ~0.5% of a core on SB3 PPO)
-    pystacks.ringbuf_submit(e, e->decided ? BPF_RB_NO_WAKEUP : 0);
+    pystacks.ringbuf_submit(e, 0);
     pys_count(0, 1);
     pys_count(1, bpf_ktime_get_ns() - now);
     return op;
