@@ -165,10 +165,11 @@ class BusyUnion:
         if t1 <= t0:
             return 0
         w, total = self.bin_ns, 0.0
-        lo, hi = t0 // w, (t1 - 1) // w
+        first, last = t0 // w, (t1 - 1) // w
         # the screen's 10 s window is 1,000 bins, asked every tick: walk the kept bins where
         # they are fewer (none at all without a GPU), in the same order
-        idx = range(lo, hi + 1) if hi - lo < len(self.bins) else sorted(i for i in self.bins if lo <= i <= hi)
+        idx = range(first, last + 1) if last - first < len(self.bins) else \
+            sorted(i for i in self.bins if first <= i <= last)
         for i in idx:
             v = self.bins.get(i)
             if v:
