@@ -35,6 +35,17 @@ def test_a_good_file_is_used(tmp_path, monkeypatch):
     assert cal.hit_ns("enter", True, "torch") == 1129 // 2 + 953 // 2
 
 
+def test_torchs_backward_counter_has_its_own_price_and_other_counters_the_c_loops(tmp_path, monkeypatch):
+    _write(tmp_path, monkeypatch, _entry({**GOOD, "count_torch": {"outside": 3407, "inside": 3407, "kernel_share": 0.3}}))
+    cal = C.load()
+    assert cal.hit_ns("count", True, "torch") == 3406          # a lone probe: (outside + inside) // 4, twice
+    assert cal.kernel_share("count", True, "torch") == 0.3
+    assert cal.hit_ns("count", True, "sim") == cal.hit_ns("count", True) == (1035 + 873) // 4 * 2
+    assert cal.hit_ns("enter", True, "torch") == 1129 // 2 + 953 // 2   # the bracket keeps bracket_torch
+    _write(tmp_path, monkeypatch, _entry(GOOD))                 # an older file, measured before count_torch:
+    assert C.load().hit_ns("count", True, "torch") == 3400      # the development VM's figure
+
+
 def test_no_file_is_no_problem(tmp_path, monkeypatch):
     monkeypatch.setenv("RLSCOPE_CALIBRATION", str(tmp_path / "none.json"))
     cal = C.load()

@@ -51,7 +51,9 @@ def test_calibrate_measures_emulated_cheaper_than_out_of_line(ebpf, calibration_
     assert total["pair_ool"] > 2 * total["pair"] > 0
     assert k["pair_ool"]["inside"] > k["pair_ool"]["outside"]   # the out-of-line step runs after the timestamp
     # the traps' kernel time: most of each kind's cost (75-98% seen); the out-of-line step is all kernel
-    assert all(0.3 < v["kernel_share"] <= 1.0 for kind, v in k.items() if kind != "sched_switch"), k
+    # (not torch's backward counter: most of its cost is the program's code after the trap,
+    # tests/test_ebpf_backward_counter.py)
+    assert all(0.3 < v["kernel_share"] <= 1.0 for kind, v in k.items() if kind not in ("sched_switch", "count_torch")), k
     # within the shares' resolution: system time comes in 10 ms clock ticks, 18 readings over ~0.6 s a kind
     # (CI once read pair_ool 0.946 against pair 0.963, both near all-kernel)
     assert k["pair_ool"]["kernel_share"] >= k["pair"]["kernel_share"] - 0.05, k

@@ -32,6 +32,7 @@ DEFAULT_KINDS = {  # ns per call; measured on the development VM class (kernel 6
     "bracket_ool": {"outside": 10000, "inside": 10000},
     "pair": {"outside": 1450, "inside": 940},          # uprobe + uretprobe, emulated first instruction
     "pair_ool": {"outside": 1130, "inside": 9500},
+    "count_torch": {"outside": 3400, "inside": 3400},  # torch's backward counter, a hit (calibrate's count_torch)
     "sched_switch": {"per_switch": 0},
 }
 
@@ -68,7 +69,9 @@ class Calibration:
             kind: catalog kind (pair, enter, exit, count, range_begin, range_end).
             emulated: whether the probed instruction is emulated (cheap) or stepped out of line.
             group: the probe set; torch's begin/end probes have their own measured cost
-                (``bracket_torch``: a torch binding, not a C loop) when calibrate measured it.
+                (``bracket_torch``: a torch binding, not a C loop) when calibrate measured it,
+                and so has its backward counter (``count_torch``: on its own site, in an
+                RL-shaped loop; ~3x the C loop's entry probe on an AMD EPYC VM).
         """
         k = self._kind(kind, emulated, group)
         o, i = k["outside"], k["inside"]
@@ -82,6 +85,8 @@ class Calibration:
         base = "pair" if kind == "pair" else "bracket"
         if group == "torch" and kind in ("enter", "exit") and emulated and "bracket_torch" in self.kinds:
             return self.kinds["bracket_torch"]
+        if group == "torch" and kind == "count" and emulated and "count_torch" in self.kinds:
+            return self.kinds["count_torch"]
         return self.kinds[base if emulated else base + "_ool"]
 
     def kernel_share(self, kind: str, emulated: bool, group: str = "") -> float | None:

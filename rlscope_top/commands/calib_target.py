@@ -52,6 +52,34 @@ def _torch_op():
     return lambda k: add(a, w)
 
 
+def _rl_step():
+    """One step of an RL-shaped loop (issue 16's: a 200-iteration Python env step, a tiny MLP
+    forward, an SGD update every K steps), or None where torch is not installed: probes in
+    a real program cost more than on a tight loop (the code after each trap runs slower)."""
+    try:
+        import torch  # noqa: PLC0415
+    except ImportError:
+        return None
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Tanh(), torch.nn.Linear(32, 2))
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    obs, state = torch.zeros(1, 8), [0, 1]
+
+    def step(k):
+        x = state[1]
+        for i in range(200):
+            x = (x * 31 + i) % 1009
+        state[1] = x
+        out = net(obs)
+        if state[0] % k == k - 1:
+            opt.zero_grad()
+            out.sum().backward()
+            opt.step()
+        state[0] += 1
+    return step
+
+
 def main() -> None:
     """Serve loop requests until stdin closes."""
     lib = ctypes.CDLL(sys.argv[1])
@@ -64,6 +92,7 @@ def main() -> None:
         "bracket": lambda k: lib.cal_bracket(k),
         "bracket_ool": lambda k: lib.cal_bracket_ool(k),
         "torch": _torch_op(),
+        "rl": _rl_step(),
     }
     print("ready", flush=True)
     for line in sys.stdin:
@@ -77,7 +106,7 @@ def main() -> None:
         for _ in range(n):
             fn(k)
         dt = time.perf_counter_ns() - t0
-        print(json.dumps({"loop_ns": dt, "body_ns": lib.cal_body_ns() if cmd[1] != "torch" else 0}), flush=True)
+        print(json.dumps({"loop_ns": dt, "body_ns": lib.cal_body_ns() if cmd[1] not in ("torch", "rl") else 0}), flush=True)
 
 
 if __name__ == "__main__":
