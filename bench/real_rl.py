@@ -18,6 +18,7 @@ import argparse
 import json
 import mmap
 import os
+import shutil
 import statistics
 import struct
 import subprocess
@@ -102,6 +103,9 @@ def _tree_cpu(pid: int) -> float | None:
         return None
 
 
+KEEP: str | None = None     # --keep: where each session's summary is copied
+
+
 def _session(pid: int, steps: Steps, tmp: str, seconds: float, gap: float, extra: list[str], i: int) -> dict:
     u0 = time.monotonic_ns()
     time.sleep(gap)
@@ -113,6 +117,8 @@ def _session(pid: int, steps: Steps, tmp: str, seconds: float, gap: float, extra
         raise RuntimeError(f"rlscope-top exited {m.returncode}: {m.stderr[-800:]}")
     with open(summary) as f:
         s = json.load(f)
+    if KEEP:
+        shutil.copy(summary, os.path.join(KEEP, f"{os.getpid()}-{pid}-s{i}.json"))
     w0, w1 = s["window"]["t0_monotonic_ns"], s["window"]["t1_monotonic_ns"]
     time.sleep(gap)
     after = steps.rate(w1 + int(0.5e9), time.monotonic_ns())
@@ -216,7 +222,12 @@ def main() -> None:
     ap.add_argument("--gap", type=float, default=6.0, help="unattached seconds before and after each session")
     ap.add_argument("--args", default="", help="more rlscope-top arguments for the default sessions")
     ap.add_argument("--write", action="store_true", help="write the tables to docs/accuracy.md and docs/overhead.md")
+    ap.add_argument("--keep", metavar="DIR", help="also copy each session's summary JSON into DIR")
     a = ap.parse_args()
+    global KEEP
+    if a.keep:
+        os.makedirs(a.keep, exist_ok=True)
+        KEEP = a.keep
     _calibrated()
     rows = []
     for key in a.program or ["tianshou", "zoo"]:
