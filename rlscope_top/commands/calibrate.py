@@ -204,7 +204,7 @@ RL_ROUNDS = 5
 def _measure_count_torch(t: _Target, say) -> dict:
     """torch's backward counter (the catalog's count probe on autograd's Engine::execute), on
     its own site, in an RL-shaped loop with a backward pass every step (calib_target ``rl``).
-    Its trap costs the program ~3x what the C loop's entry probe costs (2.4-4.2 us a hit
+    Its trap costs the program ~3x what the C loop's entry probe costs (2.6-4.3 us a hit
     against ~0.95 us on an AMD EPYC VM, most of it in the program's own code after the trap):
     priced at the C loop's, a loop with 5k backward passes a second kept it on at ~1.6% of its
     time, over a fifth of the default budget (docs/overhead.md)."""
