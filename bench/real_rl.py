@@ -103,10 +103,8 @@ def _tree_cpu(pid: int) -> float | None:
         return None
 
 
-KEEP: str | None = None     # --keep: where each session's summary is copied
-
-
-def _session(pid: int, steps: Steps, tmp: str, seconds: float, gap: float, extra: list[str], i: int) -> dict:
+def _session(pid: int, steps: Steps, tmp: str, seconds: float, gap: float, extra: list[str], i: int,
+             keep: str | None = None) -> dict:
     u0 = time.monotonic_ns()
     time.sleep(gap)
     u1 = time.monotonic_ns()
@@ -117,8 +115,8 @@ def _session(pid: int, steps: Steps, tmp: str, seconds: float, gap: float, extra
         raise RuntimeError(f"rlscope-top exited {m.returncode}: {m.stderr[-800:]}")
     with open(summary) as f:
         s = json.load(f)
-    if KEEP:
-        shutil.copy(summary, os.path.join(KEEP, f"{os.getpid()}-{pid}-s{i}.json"))
+    if keep:                                          # --keep: a copy of each session's summary
+        shutil.copy(summary, os.path.join(keep, f"{os.getpid()}-{pid}-s{i}.json"))
     w0, w1 = s["window"]["t0_monotonic_ns"], s["window"]["t1_monotonic_ns"]
     time.sleep(gap)
     after = steps.rate(w1 + int(0.5e9), time.monotonic_ns())
@@ -133,7 +131,8 @@ def _session(pid: int, steps: Steps, tmp: str, seconds: float, gap: float, extra
             "calibrated": s["overhead"].get("calibrated")}
 
 
-def run_program(key: str, sessions: int, seconds: float, gap: float, args: list[str] = ()) -> list[dict]:
+def run_program(key: str, sessions: int, seconds: float, gap: float, args: list[str] = (),
+                keep: str | None = None) -> list[dict]:
     """Start the program once, attach ``sessions`` times by default and once exact."""
     name, argv = PROGRAMS[key]
     with tempfile.TemporaryDirectory() as tmp:
@@ -148,8 +147,8 @@ def run_program(key: str, sessions: int, seconds: float, gap: float, args: list[
             if steps.now() < 2000:
                 raise RuntimeError(f"{name}: no training progress in 120 s")
             time.sleep(5.0)                              # past start-up (replay warm-up, first updates)
-            rows = [_session(t.pid, steps, tmp, seconds, gap, list(args), i) for i in range(sessions)]
-            rows.append(_session(t.pid, steps, tmp, seconds, gap, ["--max-overhead", "100"], sessions))
+            rows = [_session(t.pid, steps, tmp, seconds, gap, list(args), i, keep) for i in range(sessions)]
+            rows.append(_session(t.pid, steps, tmp, seconds, gap, ["--max-overhead", "100"], sessions, keep))
         finally:
             steps.stop.set()
             t.kill()
@@ -224,14 +223,12 @@ def main() -> None:
     ap.add_argument("--write", action="store_true", help="write the tables to docs/accuracy.md and docs/overhead.md")
     ap.add_argument("--keep", metavar="DIR", help="also copy each session's summary JSON into DIR")
     a = ap.parse_args()
-    global KEEP
     if a.keep:
         os.makedirs(a.keep, exist_ok=True)
-        KEEP = a.keep
     _calibrated()
     rows = []
     for key in a.program or ["tianshou", "zoo"]:
-        got = run_program(key, a.sessions, a.seconds, a.gap, a.args.split())
+        got = run_program(key, a.sessions, a.seconds, a.gap, a.args.split(), a.keep)
         for r in got:
             print(json.dumps(r), flush=True)
         rows += got

@@ -116,11 +116,11 @@ def _sys_ns(t: _Target) -> int:
     return round(psutil.Process(t.p.pid).cpu_times().system * 1e9)
 
 
-def _kernel_share(total: float, sys_probed: int, sys_plain: int, loops: int) -> float:
+def _kernel_share(total: float, sys_probed: int, sys_plain: int, loops: int, calls: float = N_CALLS) -> float:
     """What part of a probe kind's cost is the target's kernel time (the traps); the rest is
     its own code running slower after them (caches). The self-report scales a program's
     measured kernel time by it (rlscope_top/account/session_figures.py)."""
-    kernel = (sys_probed - sys_plain) / (loops * N_CALLS)
+    kernel = (sys_probed - sys_plain) / (loops * calls)
     return round(min(1.0, max(0.05, kernel / total)), 3) if total > 0 else 1.0
 
 
@@ -236,8 +236,7 @@ def _measure_count_torch(t: _Target, say) -> dict:
     total = max(0.0, statistics.median(diffs) / hits)
     say(f"{'count_torch':>13}: {total:6.0f} ns per backward pass ({RL_ROUNDS} rounds of {RL_STEPS} RL steps, "
         f"spread {_spread(diffs) / hits:.0f} ns)")
-    kernel = (sys_probed - sys_plain) / (2 * RL_ROUNDS * hits)
-    share = round(min(1.0, max(0.05, kernel / total)), 3) if total > 0 else 1.0
+    share = _kernel_share(total, sys_probed, sys_plain, 2 * RL_ROUNDS, hits)
     say(f"{'':>13}  {100 * share:.0f}% of it the target's kernel time")
     return {"outside": round(total), "inside": round(total), "kernel_share": share}
 
