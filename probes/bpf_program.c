@@ -113,7 +113,7 @@ struct event {
     char name[64];
 };
 
-BPF_HASH(targets, u32, u32, 256);
+BPF_HASH(targets, u32, u32, 4096);   // the monitor lets go of a process at its next tick; a burst of forks (~1k/s here) fits
 
 // follow[0] = 1: a target's new processes (fork, spawn, subprocess) become targets too: the
 // process tree (loader: ProbeSet(children=True)); 0 counts only the threads of the targets.
@@ -882,6 +882,7 @@ TRACEPOINT_PROBE(task, task_newtask) {
 TRACEPOINT_PROBE(sched, sched_process_exit) {
     u64 id = bpf_get_current_pid_tgid();
     u32 tid = (u32)id;
+    pys_exit(id >> 32, tid);
     struct tstate *s = threads.lookup(&tid);
     if (!s || s->exited || s->tgid != (id >> 32) || !targets.lookup(&s->tgid))
         return 0;

@@ -51,6 +51,7 @@ class KernelStackSampler(StackSampler):
         self._taught: set[tuple[int, int]] = set()          # (pid, code) the kernel knows (code_op)
         self._pyts: dict[int, int] = {}                     # tid -> the PyThreadState written to pyts
         self._starting: set[int] = set()                    # exec'd processes whose interpreter is starting
+        self._gone: set[int] = set()                        # exited processes the reader lets go of next
         self._sites_final: int | None = None                # site-placed ticks when it stopped
         self._rb = None
         self._cb = None
@@ -182,6 +183,8 @@ class KernelStackSampler(StackSampler):
         last = 0.0
         while not self._stopping:
             self._lib.bpf_poll_ringbuf(self._rb, POLL_MS)
+            if self._gone:
+                self._let_go()
             for pid in list(self._starting):
                 interp = self.interps.get(pid)
                 if interp is None or self._thread_states(interp):
@@ -195,16 +198,47 @@ class KernelStackSampler(StackSampler):
         """A process exec'd (the kernel dropped its interpreter): forget the old program's code
         objects, here and in the kernel, and read the new one. Its main thread state exists only
         once the new interpreter has started: it is looked for at every poll until found."""
-        old = self.interps.pop(pid, None)
-        if old is not None:
-            old.close()
-        self._known = {k: v for k, v in self._known.items() if k[0] != pid}
-        self._taught = {k for k in self._taught if k[0] != pid}
-        for name in ("code_op", "site_ticks"):     # code addresses mean nothing in the new program
-            self._forget_process(name, pid)
+        self._drop({pid})
+        self._forget_process("site_ticks", pid)    # code addresses mean nothing in the new program
         self._pyts.pop(pid, None)
         if self._try_add(pid) is not None:
             self._starting.add(pid)
+
+    def forget_processes(self, pids: list[int]) -> None:
+        """Processes that exited: the reader lets go of them at its next poll (their samples
+        still in the ring are read first)."""
+        self._gone.update(pids)
+
+    def _let_go(self) -> None:
+        gone = set()
+        while self._gone:
+            gone.add(self._gone.pop())
+        self._drop(gone)
+        pyinfo = self.probes.bpf["pyinfo"]
+        for pid in gone:                 # the kernel's table holds 256 processes (a fork copies one in)
+            try:
+                del pyinfo[ct.c_uint32(pid)]
+            except Exception:            # KeyError: never followed as Python, or the program is gone
+                pass
+            self._starting.discard(pid)
+
+    def _drop(self, pids: set[int]) -> None:
+        """Forget processes' interpreters (and their open /proc/PID/mem) and their code objects,
+        here and in the kernel's code_op."""
+        for pid in pids:
+            old = self.interps.pop(pid, None)
+            if old is not None:
+                old.close()
+        self._known = {k: v for k, v in self._known.items() if k[0] not in pids}
+        table = self.probes.bpf["code_op"]
+        for tgid, code in [k for k in self._taught if k[0] in pids]:
+            key = table.Key()
+            key.code, key.tgid = code, tgid
+            try:
+                del table[key]
+            except Exception:
+                pass
+        self._taught = {k for k in self._taught if k[0] not in pids}
 
     def _forget_process(self, name: str, pid: int) -> None:
         """Drop a process's entries from a kernel table keyed by (code address, tgid)."""

@@ -225,7 +225,7 @@ class MapAccess:
 
     def forget_processes(self, pids: list[int]) -> None:
         """Stop counting processes that are gone (their threads' exits were counted already):
-        the targets map has room for 256, and a pid may come back as another program."""
+        the targets map has room for 4,096, and a pid may come back as another program."""
         for pid in pids:
             try:
                 del self.bpf["targets"][ct.c_uint(pid)]

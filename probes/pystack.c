@@ -29,7 +29,7 @@ struct pysample {
     u64 code[PYS_DEPTH];
 };
 
-BPF_HASH(pyinfo, u32, struct pyinfo, 256);
+BPF_HASH(pyinfo, u32, struct pyinfo, 4096);   // as targets (bpf_program.c)
 BPF_HASH(pyts, u32, u64, 32768);         // tid -> its PyThreadState (the monitor finds them)
 struct pylast {
     u64 tick;                      // the thread's latest tick sample
@@ -191,6 +191,17 @@ static __always_inline void pys_fork(u32 tgid, u32 ptid, u32 child) {
     u64 ts = *tsp;
     pyinfo.update(&child, &copy);
     pyts.update(&child, &ts);
+}
+
+// A thread exits: its sampler state goes with it, and a process's with its main thread (the
+// tables are bounded; a job may fork workers all day, and a fork copies its parent's entry in).
+static __always_inline void pys_exit(u32 tgid, u32 tid) {
+    if (!pyinfo.lookup(&tgid))
+        return;
+    pyts.delete(&tid);
+    pylast.delete(&tid);
+    if (tid == tgid)
+        pyinfo.delete(&tgid);
 }
 
 // After exec a process is another program: the monitor looks at it again.

@@ -161,6 +161,9 @@ class StackSampler:
         """A thread exited: drop what was kept for it."""
         self._cur.pop(tid, None)
 
+    def forget_processes(self, pids: list[int]) -> None:
+        """Processes that exited (austin lets go of its own)."""
+
     def current(self, tid: int) -> int:
         """The operation id a thread had at its latest sample (0 none)."""
         return self._cur.get(tid, 0)

@@ -143,3 +143,62 @@ def test_prometheus_has_per_process_series(tmp_path):
                 and 'process="50"' in x and 'category="simulator"' in x)
     assert line.endswith(" 1009.0") and 'process_role="env worker"' in line
     assert RingReader  # the ring module stays importable beside prometheus_client
+
+
+def test_the_printed_table_folds_exited_processes_past_its_rows():
+    """A job that churns workers: every live process and the busiest exited ones are rows; the
+    rest fold into one row whose figures are their sums (the JSON keeps each)."""
+    from rich.console import Console  # noqa: PLC0415
+
+    s = _summary(tree_stream())
+    w50 = next(p for p in s["processes"] if p["pid"] == 50)
+    churn = [{**w50, "pid": 1000 + i, "waits_for": [], "waiting_s": 0.0,
+              "calls": {**w50["calls"], "simulator": i + 1},
+              "totals": {**w50["totals"], "simulator_s": 0.001 * (i + 1), "python_s": 0.0, "backend_s": 0.0}}
+             for i in range(37)]
+    s["processes"] = s["processes"] + churn
+    con = Console(record=True, width=160)
+    S.render(s, con)
+    rows = [ln for ln in con.export_text().splitlines() if "(exited)" in ln]
+    kept = S.MAX_PROCESS_ROWS - 2                     # 42 and 60 are live; 50 (0.7 s) is the busiest
+    shown = {int(r.split()[0]) for r in rows[:-1]}
+    assert shown == {50, *range(1037 - (kept - 1), 1037)}, shown
+    folded = range(1, 37 - (kept - 1) + 1)            # the least busy: pids 1000.. with i + 1 calls
+    last = rows[-1]
+    assert last.split()[0] == "..." and f"{len(folded)} more (exited)" in last, last
+    assert f"{0.001 * sum(folded):.3f}s" in last and f"{sum(folded):,}" in last, last
+
+
+def test_a_child_gone_before_it_is_read_keeps_its_parents_program():
+    """A fork that exits before the monitor reads it (a zombie: no executable, no maps) runs
+    its parent's program: it is not said to run no Python, and counts as Python. Past
+    FOLLOW_NOTES children, one note says the rest are not named one by one."""
+    import os  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    from rlscope_top.collect.processes import FOLLOW_NOTES, Processes  # noqa: PLC0415
+
+    def fork(live_s: float) -> int:
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(live_s)
+            os._exit(0)
+        return pid
+
+    notes = []
+    procs = Processes((os.getpid(),), note=lambda level, msg: notes.append(msg))
+    zombies = [fork(0) for _ in range(3)]
+    live = [fork(5) for _ in range(FOLLOW_NOTES + 5)]
+    try:
+        time.sleep(0.3)                                 # the first three are zombies now
+        procs.refresh([os.getpid(), *zombies, *live])
+        assert all(procs.known[k]["python"] for k in zombies + live), procs.known
+        assert not [n for n in notes if "does not run Python" in n], notes
+        follows = [n for n in notes if n.startswith("following")]
+        assert len(follows) == FOLLOW_NOTES + 1, follows
+        assert "not noted one by one" in follows[-1]
+    finally:
+        for k in live:
+            os.kill(k, 9)
+        for k in zombies + live:
+            os.waitpid(k, 0)

@@ -132,7 +132,7 @@ class Collector(OperationSources, BudgetLoop, RecordBuilder):
         for src in self.sources:
             src.start(self)
         self.mark_attach_step("sources_s")
-        self.probes.forget_processes(self.processes.refresh(self.probes.pids()))   # the children, for waits
+        self._forget_gone()   # the children, for waits
         self.processes.waits.start()
         self._settle()
         self.mark_attach_step("ready_s")
@@ -142,6 +142,14 @@ class Collector(OperationSources, BudgetLoop, RecordBuilder):
         """Where attach time goes: seconds from the load's start to the end of ``step``, in the
         summary's probes.program (the GPU source marks its own steps too)."""
         self.program[step] = round(time.monotonic() - self._attach_began, 3)
+
+    def _forget_gone(self) -> None:
+        """Let go of the processes that exited since the last tick: the kernel's targets and
+        the sampler's per-process state (both bounded; a job may churn workers all day)."""
+        gone = self.processes.refresh(self.probes.pids())
+        self.probes.forget_processes(gone)
+        if gone and self.sampler is not None:
+            self.sampler.forget_processes(gone)
 
     def tick(self) -> None:
         """Pick up new libraries, drain events, and write one counters record."""
@@ -159,7 +167,7 @@ class Collector(OperationSources, BudgetLoop, RecordBuilder):
         self._drain_events()
         self._check_sampler()
         self._record_stacks()
-        self.probes.forget_processes(self.processes.refresh(self.probes.pids()))
+        self._forget_gone()
         ctr = self._counters()
         self._write_counters(ctr)
         if now - self._last_price >= probe_prices.PERIOD_S:

@@ -18,6 +18,7 @@ from .target import command_line, is_alive
 from .waits import WaitSampler
 
 REREAD_S = 1.0          # a live process's command is read again this often (a fork may exec)
+FOLLOW_NOTES = 8        # children named one by one in the notes
 _PYTHON_EXE = re.compile(r"^python(\d+(\.\d+)?)?t?$")
 
 
@@ -32,6 +33,7 @@ class Processes:
         self.info: dict[int, dict] = {}
         self._read_at: dict[int, float] = {}
         self._said: set[int] = set()
+        self._followed = 0
         self.waits = WaitSampler(self.live)
         for pid in roots:
             self._read(pid)
@@ -66,13 +68,26 @@ class Processes:
         cmd = command_line(pid)
         if cmd:
             p["cmd"] = cmd
-            p["python"] = pid in self.roots or _runs_python(pid)
+        py = True if pid in self.roots else _runs_python(pid)
+        if py is None:                   # gone: what it ran when last read; never read: a fork runs its parent's program
+            py = self.info.get(p["ppid"], {}).get("python", True) if first else p["python"]
+        p["python"] = py
         if first and pid not in self.roots and p["cmd"]:
-            self._note("info", f"following PID {pid} ({_short(p['cmd'])}), child of {p['ppid']}")
+            self._follow_note(pid, p)
         if not p["python"] and pid not in self._said and p["cmd"]:
             self._said.add(pid)
             self._note("info", f"PID {pid} ({_short(p['cmd'])}) does not run Python: its threads count as "
                                "on/off-CPU native time only")
+
+    def _follow_note(self, pid: int, p: dict) -> None:
+        """Say which child is followed, for the first FOLLOW_NOTES; then once that the rest are
+        not said (a job that churns workers makes thousands; the summary lists each)."""
+        self._followed += 1
+        if self._followed <= FOLLOW_NOTES:
+            self._note("info", f"following PID {pid} ({_short(p['cmd'])}), child of {p['ppid']}")
+        elif self._followed == FOLLOW_NOTES + 1:
+            self._note("info", f"following more children (PID {pid} and later): not noted one by one; "
+                               "the summary's processes list has every one")
 
     def main_python(self, pid: int, tid: int) -> bool:
         """Whether a thread is a process's main Python thread (a root's main thread always is)."""
@@ -98,15 +113,16 @@ def _ppid(pid: int) -> int:
         return 0
 
 
-def _runs_python(pid: int) -> bool:
-    """A CPython interpreter: its executable is pythonX[.Y], or it maps libpython."""
+def _runs_python(pid: int) -> bool | None:
+    """A CPython interpreter: its executable is pythonX[.Y], or it maps libpython. None when
+    that cannot be told: the process is gone, or a zombie (no executable, no maps)."""
     try:
         if _PYTHON_EXE.match(os.path.basename(os.readlink(f"/proc/{pid}/exe"))):
             return True
         with open(f"/proc/{pid}/maps") as f:
             return any("libpython" in line for line in f)
     except OSError:
-        return False
+        return None
 
 
 def _short(cmd: str, n: int = 60) -> str:

@@ -17,6 +17,7 @@ from ..safe_files import write_atomic
 from ..vocab import ALL_OP, CATEGORIES, NA, NA_TEXT, fmt
 
 SCHEMA = "rlscope-top.summary/1"
+MAX_PROCESS_ROWS = 12     # the printed processes table; the rest of the exited ones fold into a row
 
 
 def build(acct: Accounting, gpu: GpuView | None = None, *, ring_path: str = "", dropped: int = 0,
@@ -205,14 +206,38 @@ def _render_processes(summary: dict, console: Console) -> None:
     table = Table(title="processes", title_justify="left", show_edge=False, pad_edge=False)
     for col in ("pid", "role", "Sim", "Python at work", "Backend", "waiting", "calls", "waits on (main thread)"):
         table.add_column(col, justify="left" if col in ("role", "waits on (main thread)") else "right")
-    for p in procs:
-        t = p["totals"]
+    shown, folded = _fold_processes(procs)
+    for p in shown:
         waits = ", ".join(f"{_wait_short(w)} {100 * w['share']:.0f}%" for w in (p.get("waits_for") or [])[:2])
-        table.add_row(str(p["pid"]), p["role"] + (" (exited)" if p["exited"] else ""), _fmt(t.get("simulator_s")),
-                      _fmt(P.python_at_work(t.get("python_s"), p.get("waiting_s"))), _fmt(t.get("backend_s")),
-                      _fmt(p.get("waiting_s")),
-                      _fmt(sum(v or 0 for v in p["calls"].values())), waits)
+        table.add_row(str(p["pid"]), p["role"] + (" (exited)" if p["exited"] else ""), *_process_cells([p]), waits)
+    if folded:
+        table.add_row("...", f"{len(folded)} more (exited)", *_process_cells(folded), "")
     console.print(table)
+
+
+def _fold_processes(procs: list[dict]) -> tuple[list[dict], list[dict]]:
+    """The rows the printed table lists: every live process, then the busiest exited ones up to
+    MAX_PROCESS_ROWS; the rest fold into one row (a job that churns workers makes thousands;
+    the JSON keeps each)."""
+    gone = sorted((p for p in procs if p["exited"]), key=_busy_s, reverse=True)
+    room = max(0, MAX_PROCESS_ROWS - (len(procs) - len(gone)))
+    keep = {id(p) for p in gone[:room]}
+    return [p for p in procs if not p["exited"] or id(p) in keep], gone[room:]
+
+
+def _busy_s(p: dict) -> float:
+    return sum(v or 0.0 for k, v in p["totals"].items() if k in ("python_s", "backend_s", "simulator_s", "cuda_api_s"))
+
+
+def _process_cells(procs: list[dict]) -> tuple[str, ...]:
+    """Sim, Python at work, Backend, waiting and calls, summed over ``procs`` (n/a where none has it)."""
+    def total(get):
+        vals = [v for v in map(get, procs) if v is not None]
+        return sum(vals) if vals else None
+    return (_fmt(total(lambda p: p["totals"].get("simulator_s"))),
+            _fmt(total(lambda p: P.python_at_work(p["totals"].get("python_s"), p.get("waiting_s")))),
+            _fmt(total(lambda p: p["totals"].get("backend_s"))), _fmt(total(lambda p: p.get("waiting_s"))),
+            _fmt(sum(v or 0 for p in procs for v in p["calls"].values())))
 
 
 def _wait_short(w: dict) -> str:
