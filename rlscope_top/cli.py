@@ -14,9 +14,9 @@ from .errors import EXIT_INTERNAL, RlscopeError, UsageError
 from .probes import catalog
 
 # numpy (the GPU side's) starts a BLAS thread pool on import: `run`, which expects GPU activity,
-# imports it with SIGINT/SIGTERM blocked, so that only its forwarder ever takes them (launch.py).
-# An attach imports it only when GPU activity arrives.
-FORWARDED = {signal.SIGINT, signal.SIGTERM}
+# imports it with SIGINT/SIGTERM/SIGHUP blocked, so that only its forwarder ever takes them
+# (launch.py). An attach imports it only when GPU activity arrives.
+FORWARDED = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 
 EPILOG = """examples:
   rlscope-top 12345                      watch PID 12345 on the live screen (q quits)
@@ -355,7 +355,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 
 
 def _import_with_signals_blocked() -> None:
-    """Threads started while importing (numpy's BLAS pool) never take SIGINT/SIGTERM."""
+    """Threads started while importing (numpy's BLAS pool) never take SIGINT/SIGTERM/SIGHUP."""
     old = signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
     try:
         import numpy  # noqa: F401, PLC0415

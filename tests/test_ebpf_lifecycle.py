@@ -1,5 +1,5 @@
-"""How sessions end: Ctrl-C, SIGTERM, target exit and --duration all write the summary;
-SIGKILL leaves no probe behind."""
+"""How sessions end: Ctrl-C, SIGTERM, SIGHUP (the terminal closed), target exit and --duration
+all write the summary; SIGKILL leaves no probe behind."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from support import CLI, load_summary
 pytestmark = pytest.mark.ebpf
 
 
-@pytest.mark.parametrize("how", ["sigint", "sigterm", "target-exit", "duration"])
+@pytest.mark.parametrize("how", ["sigint", "sigterm", "sighup", "target-exit", "duration"])
 def test_every_ending_writes_the_summary(ebpf, target, monitor, tmp_path, how):
     go = tmp_path / "go"
     t = target("torch_errors.py", tmp_path / "caught", 2 if how == "target-exit" else 600, go)
@@ -24,10 +24,10 @@ def test_every_ending_writes_the_summary(ebpf, target, monitor, tmp_path, how):
     m, summary = monitor(t.pid, "--max-overhead", "100", *extra)
     go.touch()                      # target-exit: its 2 s start now, whatever attach took
     time.sleep(1.0)
-    sig = {"sigint": signal.SIGINT, "sigterm": signal.SIGTERM}.get(how)
+    sig = {"sigint": signal.SIGINT, "sigterm": signal.SIGTERM, "sighup": signal.SIGHUP}.get(how)
     assert m.finish(sig, timeout=60) == 0, m.stderr_text
     s = load_summary(summary)
-    expected = {"sigint": "interrupted", "sigterm": "terminated", "target-exit": "target exited",
+    expected = {"sigint": "interrupted", "sigterm": "terminated", "sighup": "hung up", "target-exit": "target exited",
                 "duration": "duration"}[how]
     assert expected in s["end_reason"]
     assert s["schema"] == "rlscope-top.summary/1"
@@ -36,6 +36,23 @@ def test_every_ending_writes_the_summary(ebpf, target, monitor, tmp_path, how):
     assert "python" in m.stdout_text   # the printed table
     if how != "target-exit":
         assert t.p.poll() is None, "the target must survive the monitor"
+
+
+def test_sighup_is_left_ignored_under_nohup(ebpf, target, spawn, tmp_path):
+    """`nohup rlscope-top ...` keeps running when the terminal closes: SIGHUP stays ignored
+    (the session ends at Ctrl-C as ever)."""
+    import sys
+
+    t = target("idle.py")
+    summary = tmp_path / "s.json"
+    m = spawn(["nohup", sys.executable, "-m", "rlscope_top.cli", "attach", str(t.pid), "--summary", str(summary)],
+              cwd=str(tmp_path))
+    m.wait_line("attached to PID", stream="stderr", timeout=180)
+    m.p.send_signal(signal.SIGHUP)
+    time.sleep(1.0)
+    assert m.p.poll() is None, m.stderr_text
+    assert m.finish(signal.SIGINT, timeout=60) == 0, m.stderr_text
+    assert "interrupted" in load_summary(summary)["end_reason"]
 
 
 def _ns(proc, after: int, k: int = 15) -> float:

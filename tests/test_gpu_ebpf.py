@@ -47,9 +47,10 @@ def test_run_returns_the_status_of_a_command_that_exits_early(ebpf, tmp_path):
     assert p.returncode == 5 and "Traceback" not in p.stderr
 
 
-def test_run_forwards_sigterm_and_reports_the_command_status(ebpf, spawn, tmp_path):
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP"])
+def test_run_forwards_a_signal_and_reports_the_command_status(ebpf, spawn, tmp_path, sig):
     code = ("import signal, sys, time\n"
-            "signal.signal(signal.SIGTERM, lambda *a: sys.exit(7))\n"
+            f"signal.signal(signal.{sig}, lambda *a: sys.exit(7))\n"
             "print('ready', flush=True)\n"
             "time.sleep(120)\n")
     summary = tmp_path / "sig.json"
@@ -57,7 +58,7 @@ def test_run_forwards_sigterm_and_reports_the_command_status(ebpf, spawn, tmp_pa
               cwd=str(tmp_path))
     m.wait_line("ready", timeout=120)
     m.wait_line("attached to PID", stream="stderr", timeout=60)
-    m.p.send_signal(signal.SIGTERM)                  # to the monitor alone: forwarded
+    m.p.send_signal(getattr(signal, sig))            # to the monitor alone: forwarded
     assert m.finish(timeout=120) == 7
     s = load_summary(summary)
     assert s["end_reason"] in ("command exited (status 7)", "target exited")

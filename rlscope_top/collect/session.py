@@ -20,7 +20,7 @@ from ..account.books import Books
 from .collector import Collector
 from ..errors import IncompleteSummary
 from .gpu_source import GpuSource
-from . import start_priority
+from . import hangup, start_priority
 from ..probes import catalog
 from ..ring.ring import RingReader, RingWriter, default_path
 from .target import AliveCheck, check_target, require_root
@@ -77,10 +77,11 @@ class _Stop:
         self.reason: str | None = None
 
     def __call__(self, signum, frame):
+        if signum == signal.SIGHUP:
+            hangup.silence_dead_terminal()
         if self.reason is not None:
             force_exit(signum)
-        self.reason = {signal.SIGINT: "interrupted (Ctrl-C)", signal.SIGTERM: "terminated (SIGTERM)"}.get(
-            signum, f"signal {signum}")
+        self.reason = hangup.REASONS.get(signum, f"signal {signum}")
 
 
 def force_exit(signum: int) -> None:
@@ -97,7 +98,7 @@ def force_exit(signum: int) -> None:
 def run(opts: Options, on_tick: Callable[[Books], None] | None = None) -> dict:
     """Run a headless session to its end and return the summary document."""
     stop = _Stop()
-    old = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    old = {s: signal.signal(s, stop) for s in hangup.ending_signals(signal.SIGINT, signal.SIGTERM)}
     try:
         return _session(opts, lambda: stop.reason, on_tick)
     finally:
@@ -127,7 +128,7 @@ def run_live(opts: Options, stop_reason: Callable[[], str | None] | None = None)
 
     def collect():
         try:
-            box["summary"] = _session(opts, lambda: ("quit (q)" if quit_.is_set() else None) or
+            box["summary"] = _session(opts, lambda: (box.get("end", "quit (q)") if quit_.is_set() else None) or
                                       (stop_reason() if stop_reason else None), None,
                                       ready=lambda ring: (box.setdefault("ring", ring), ready.set()), render=False)
         except BaseException as e:  # shown after the screen closes
@@ -140,6 +141,8 @@ def run_live(opts: Options, stop_reason: Callable[[], str | None] | None = None)
 
     with _stray_output_held():
         _live_screen(opts, path, collect, box, ready, quit_)
+    if box.get("end", "").startswith("hung up"):
+        hangup.silence_dead_terminal()
     if "error" in box:
         raise box["error"]
     summary = box["summary"]
@@ -175,8 +178,9 @@ def _stray_output_held():
         held = log.read().decode(errors="replace")
         log.close()
         if held.strip():
-            sys.stderr.write(held if held.endswith("\n") else held + "\n")
-            sys.stderr.flush()
+            with contextlib.suppress(OSError):      # no terminal left (a hang-up)
+                sys.stderr.write(held if held.endswith("\n") else held + "\n")
+                sys.stderr.flush()
 
 
 def _live_screen(opts: Options, path: str, collect, box: dict, ready, quit_) -> None:
@@ -185,18 +189,37 @@ def _live_screen(opts: Options, path: str, collect, box: dict, ready, quit_) -> 
     from ..tui.app import RlscopeApp  # noqa: PLC0415 - textual only when a screen is wanted
 
     worker = threading.Thread(target=collect, name="rlscope-collector", daemon=True)
-    worker.start()
-    ready.wait()
-    if "ring" in box:
-        app = box["app"] = RlscopeApp(box["ring"], path, interval_s=opts.interval_s, write_on_quit=False,
-                                      request_gpu=opts.gpu.inject_now.set, pid=opts.pid)
-        old = signal.signal(signal.SIGTERM, lambda *_: app.call_later(app.action_quit_app))
-        try:
-            app.run()
-        finally:
-            signal.signal(signal.SIGTERM, old)
-    quit_.set()
-    worker.join()
+    old = {s: signal.signal(s, _screen_ending(box, quit_)) for s in hangup.ending_signals(signal.SIGTERM)}
+    try:
+        worker.start()
+        ready.wait()
+        if "ring" in box and not quit_.is_set():
+            app = box["app"] = RlscopeApp(box["ring"], path, interval_s=opts.interval_s, write_on_quit=False,
+                                          request_gpu=opts.gpu.inject_now.set, pid=opts.pid)
+            try:
+                app.run()
+            except OSError:              # the terminal went away under the screen
+                if "end" not in box:
+                    raise
+    finally:
+        quit_.set()
+        worker.join()
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def _screen_ending(box: dict, quit_) -> Callable:
+    """SIGTERM or SIGHUP while the screen is up (or attach is under way): the session ends as
+    with q, its summary written. A second one exits at once."""
+    def on(signum, frame):
+        if "end" in box:
+            force_exit(signum)
+        box["end"] = hangup.REASONS[signum]
+        quit_.set()
+        app = box.get("app")
+        if app is not None:
+            app.call_later(app.action_quit_app)
+    return on
 
 
 def view(ring_path: str, summary_path: str, interval_s: float = 1.0) -> str:

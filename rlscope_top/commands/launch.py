@@ -36,6 +36,7 @@ from typing import Callable
 from ..errors import CommandNotFound, GpuActivityUnavailable, UsageError
 from ..collect.gpu_source import GpuOptions
 from ..probes import gpu_inject
+from ..collect import hangup
 from ..collect.session import Options, run_live, run_until
 from ..collect.target import require_root
 
@@ -206,12 +207,13 @@ def _open_log(path: str):
 class Forwarder:
     """Signals for the monitor become signals for the command (headless mode).
 
-    SIGINT and SIGTERM are blocked in the monitor and read with ``sigtimedwait`` in
-    the session's loop, which gives us who sent them: one the terminal sent went to
-    the command as well and is not sent again.
+    SIGINT, SIGTERM and SIGHUP are blocked in the monitor and read with ``sigtimedwait``
+    in the session's loop, which gives us who sent them: one the terminal sent went to
+    the command as well and is not sent again. After a hang-up the session goes on to the
+    command's exit with nothing printed (no terminal), and the summary is written.
     """
 
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
     def __init__(self, child: subprocess.Popen):
         self.child = child
@@ -230,10 +232,21 @@ class Forwarder:
     def poll(self) -> None:
         """Take pending signals and pass them on."""
         while (info := signal.sigtimedwait(self.SIGNALS, 0)) is not None:
+            if info.si_signo == signal.SIGHUP:
+                hangup.silence_dead_terminal()
             self.count += 1
-            if info.si_code != SI_KERNEL and self.child.poll() is None:
+            if _to_us_alone(info) and self.child.poll() is None:
                 self.child.send_signal(info.si_signo)
                 self.forwarded.append(info.si_signo)
+
+
+def _to_us_alone(info) -> bool:
+    """Whether a signal reached the monitor and not the command: the terminal's Ctrl-C went
+    to both (SI_KERNEL); its hang-up goes to the session leader alone, which then passes it
+    on as a shell would (rlscope-top run straight in a tmux pane or an ssh command)."""
+    if info.si_code != SI_KERNEL:
+        return True
+    return info.si_signo == signal.SIGHUP and os.getsid(0) == os.getpid()
 
 
 def run(opts: Options, argv: list[str], live: bool) -> int:
