@@ -6,11 +6,12 @@ import argparse
 import math
 import os
 import signal
+import stat
 import sys
 
 from . import __version__
 from .collect import op_rules
-from .errors import EXIT_INTERNAL, RlscopeError, UsageError
+from .errors import EXIT_INTERNAL, EXIT_PIPE_CLOSED, RlscopeError, UsageError
 from .probes import catalog
 
 # numpy (the GPU side's) starts a BLAS thread pool on import: `run`, which expects GPU activity,
@@ -330,19 +331,68 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if ns.cmd == "run":
         _import_with_signals_blocked()
+    piped = _stdout_is_pipe()
     try:
-        return _dispatch(ns)
+        rc = _dispatch(ns)
+        sys.stdout.flush()          # here, not at exit: a reader gone (`| head`) is then ours to say
+        return rc
     except RlscopeError as e:
         _error(e.message, e.hint)
         return e.code
     except KeyboardInterrupt:
         _error("interrupted", "")
         return 130
+    except BrokenPipeError as e:
+        if not _stdout_reader_gone():
+            return _internal(e)
+        _stdout_to_null()           # `symbols LIB | head`: what reads our output has all it wanted
+        return EXIT_PIPE_CLOSED
+    except SystemExit as e:         # rich's console ends a broken pipe so (exit 1, stdout to /dev/null)
+        if e.code == 1 and piped and _stdout_is_null():
+            return EXIT_PIPE_CLOSED
+        raise
     except Exception as e:  # never a traceback for the user; RLSCOPE_DEBUG=1 shows it
-        if os.environ.get("RLSCOPE_DEBUG"):
-            raise
-        _error(f"internal error: {type(e).__name__}: {e}", "rerun with RLSCOPE_DEBUG=1 and report the traceback")
-        return EXIT_INTERNAL
+        return _internal(e)
+
+
+def _internal(e: Exception) -> int:
+    if os.environ.get("RLSCOPE_DEBUG"):
+        raise e
+    _error(f"internal error: {type(e).__name__}: {e}", "rerun with RLSCOPE_DEBUG=1 and report the traceback")
+    return EXIT_INTERNAL
+
+
+def _stdout_reader_gone() -> bool:
+    """Whether stdout is a pipe whose reading end is closed (poll reports POLLERR on it)."""
+    import select  # noqa: PLC0415
+
+    try:
+        p = select.poll()
+        p.register(1, select.POLLOUT)
+        return any(ev & select.POLLERR for _, ev in p.poll(0))
+    except (OSError, ValueError):
+        return False
+
+
+def _stdout_is_pipe() -> bool:
+    try:
+        return stat.S_ISFIFO(os.fstat(1).st_mode)
+    except OSError:
+        return False
+
+
+def _stdout_is_null() -> bool:
+    try:
+        return os.path.samestat(os.fstat(1), os.stat(os.devnull))
+    except OSError:
+        return False
+
+
+def _stdout_to_null() -> None:
+    """The interpreter flushes stdout at exit: give it somewhere that takes the rest."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.close(null)
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:

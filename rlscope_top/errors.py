@@ -21,6 +21,7 @@ EXIT_CALIBRATION = 12
 EXIT_DEMO = 13
 EXIT_RECORDING = 14
 EXIT_COMMAND_NOT_FOUND = 127   # `run`: as a shell says it
+EXIT_PIPE_CLOSED = 141         # what reads our output went away (`| head`): 128 + SIGPIPE, as the tools the shell runs
 
 
 class RlscopeError(Exception):

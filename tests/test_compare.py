@@ -112,3 +112,25 @@ def test_cli_compare_ok(tmp_path):
                        text=True, cwd=str(REPO), timeout=60)
     assert p.returncode == 0, p.stderr
     assert "torch" in p.stdout and "B/A" in p.stdout and "per step" in p.stdout
+
+
+@pytest.mark.parametrize("what", ["compare", "symbols"])
+def test_a_reader_that_stops_early_ends_us_quietly(tmp_path, what):
+    """`rlscope-top symbols LIB | head`, `compare A B | head -1`: the reader closes the pipe
+    after a line; we end with 141 (128 + SIGPIPE, as the shell's own tools) and say nothing,
+    where we said "internal error: BrokenPipeError" (symbols) or exited 1 (compare)."""
+    import sys  # noqa: PLC0415
+
+    if what == "compare":
+        args = [_write(tmp_path, "a.json", _summary(4.0, 2.0, 1.0, 6007)),
+                _write(tmp_path, "b.json", _summary(5.0, 2.0, 2.0, 9001))]
+    else:
+        args = [sys.executable]           # the interpreter's dynamic symbols: a long list
+    for _ in range(3):                    # whether the write or the exit's flush meets the closed pipe
+        p = subprocess.Popen([*CLI, what, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, cwd=str(REPO))
+        assert p.stdout.readline()
+        p.stdout.close()
+        err = p.stderr.read()
+        assert p.wait(timeout=60) == 141, err
+        assert err == "", err
