@@ -185,6 +185,21 @@ def overhead_table(rows: list[dict]) -> list[str]:
         cpu = f"{100 * r['monitor_cpu_s'] / w:.1f}" if r.get("monitor_cpu_s") is not None else "n/a"
         out.append(f"| {r['program']} | {r['mode']} | {r['measured_pct']:.1f} | {r['self_pct']:.1f} | {ratio:.2f} | {parts} "
                    f"| {cpu} |")
+    return out + _medians(rows)
+
+
+def _medians(rows: list[dict]) -> list[str]:
+    """Per program, the median default session's self-report against the median measured
+    slowdown: one session's yardstick moves by several points (the unattached step rate drifts
+    as the agent learns), the self-report much less, so the ratio of medians is the steadier check."""
+    out = []
+    for prog in dict.fromkeys(r["program"] for r in rows):
+        ds = [r for r in rows if r["program"] == prog and r["mode"] == "default"]
+        if len(ds) < 2:
+            continue
+        meas, self_ = statistics.median(r["measured_pct"] for r in ds), statistics.median(r["self_pct"] for r in ds)
+        ratio = self_ / meas if meas > 0.5 else float("nan")
+        out.append(f"| {prog} | default, median of {len(ds)} | {meas:.1f} | {self_:.1f} | {ratio:.2f} | | | | | |")
     return out
 
 
