@@ -202,3 +202,26 @@ def test_a_child_gone_before_it_is_read_keeps_its_parents_program():
             os.kill(k, 9)
         for k in zombies + live:
             os.waitpid(k, 0)
+
+
+def test_native_children_are_noted_a_few_times_then_once():
+    """A training loop that runs a native command each step (`nvidia-smi`, `git`): the first
+    FOLLOW_NOTES children that do not run Python are named, then one note covers the rest."""
+    import os  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+
+    from rlscope_top.collect.processes import FOLLOW_NOTES, Processes  # noqa: PLC0415
+
+    notes = []
+    procs = Processes((os.getpid(),), note=lambda level, msg: notes.append(msg))
+    kids = [subprocess.Popen(["sleep", "5"]) for _ in range(FOLLOW_NOTES + 5)]
+    try:
+        procs.refresh([os.getpid(), *(k.pid for k in kids)])
+        assert not any(procs.known[k.pid]["python"] for k in kids)
+        native = [n for n in notes if "not run Python" in n]
+        assert len(native) == FOLLOW_NOTES + 1, native
+        assert "not noted one by one" in native[-1]
+    finally:
+        for k in kids:
+            k.kill()
+            k.wait()

@@ -33,7 +33,7 @@ class Processes:
         self.info: dict[int, dict] = {}
         self._read_at: dict[int, float] = {}
         self._said: set[int] = set()
-        self._followed = 0
+        self._noted: dict[str, int] = {}
         self.waits = WaitSampler(self.live)
         for pid in roots:
             self._read(pid)
@@ -73,21 +73,24 @@ class Processes:
             py = self.info.get(p["ppid"], {}).get("python", True) if first else p["python"]
         p["python"] = py
         if first and pid not in self.roots and p["cmd"]:
-            self._follow_note(pid, p)
+            self._child_note("follow", f"following PID {pid} ({_short(p['cmd'])}), child of {p['ppid']}",
+                             f"following more children (PID {pid} and later): not noted one by one; "
+                             "the summary's processes list has every one")
         if not p["python"] and pid not in self._said and p["cmd"]:
             self._said.add(pid)
-            self._note("info", f"PID {pid} ({_short(p['cmd'])}) does not run Python: its threads count as "
-                               "on/off-CPU native time only")
+            self._child_note("native", f"PID {pid} ({_short(p['cmd'])}) does not run Python: its threads count as "
+                                       "on/off-CPU native time only",
+                             f"more children that do not run Python (PID {pid} and later): not noted one by "
+                             "one; their threads count as on/off-CPU native time only")
 
-    def _follow_note(self, pid: int, p: dict) -> None:
-        """Say which child is followed, for the first FOLLOW_NOTES; then once that the rest are
-        not said (a job that churns workers makes thousands; the summary lists each)."""
-        self._followed += 1
-        if self._followed <= FOLLOW_NOTES:
-            self._note("info", f"following PID {pid} ({_short(p['cmd'])}), child of {p['ppid']}")
-        elif self._followed == FOLLOW_NOTES + 1:
-            self._note("info", f"following more children (PID {pid} and later): not noted one by one; "
-                               "the summary's processes list has every one")
+    def _child_note(self, kind: str, one: str, rest: str) -> None:
+        """A note per child for the first FOLLOW_NOTES of a kind, then one that says the rest are
+        not noted (a job that churns workers, or runs `nvidia-smi` every step, makes thousands)."""
+        n = self._noted[kind] = self._noted.get(kind, 0) + 1
+        if n <= FOLLOW_NOTES:
+            self._note("info", one)
+        elif n == FOLLOW_NOTES + 1:
+            self._note("info", rest)
 
     def main_python(self, pid: int, tid: int) -> bool:
         """Whether a thread is a process's main Python thread (a root's main thread always is)."""
