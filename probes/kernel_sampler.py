@@ -52,6 +52,7 @@ class KernelStackSampler(StackSampler):
         self._pyts: dict[int, int] = {}                     # tid -> the PyThreadState written to pyts
         self._starting: set[int] = set()                    # exec'd processes whose interpreter is starting
         self._gone: set[int] = set()                        # exited processes the reader lets go of next
+        self._stale_sites: set[int] = set()                 # exec'd processes whose site_ticks go at the next refresh
         self._sites_final: int | None = None                # site-placed ticks when it stopped
         self._rb = None
         self._cb = None
@@ -193,13 +194,16 @@ class KernelStackSampler(StackSampler):
             if now - last >= REFRESH_S:
                 last = now
                 self._refresh()
+                if self._stale_sites:        # one pass over the table, not one per exec (a loop that
+                    self._forget_process("site_ticks", self._stale_sites)   # runs a command each step)
+                    self._stale_sites = set()
 
     def _exec(self, pid: int) -> None:
         """A process exec'd (the kernel dropped its interpreter): forget the old program's code
         objects, here and in the kernel, and read the new one. Its main thread state exists only
         once the new interpreter has started: it is looked for at every poll until found."""
         self._drop({pid})
-        self._forget_process("site_ticks", pid)    # code addresses mean nothing in the new program
+        self._stale_sites.add(pid)       # code addresses mean nothing in the new program (cleared in batches)
         self._pyts.pop(pid, None)
         if self._try_add(pid) is not None:
             self._starting.add(pid)
@@ -240,10 +244,10 @@ class KernelStackSampler(StackSampler):
                 pass
         self._taught = {k for k in self._taught if k[0] not in pids}
 
-    def _forget_process(self, name: str, pid: int) -> None:
-        """Drop a process's entries from a kernel table keyed by (code address, tgid)."""
+    def _forget_process(self, name: str, pids: set[int]) -> None:
+        """Drop processes' entries from a kernel table keyed by (code address, tgid)."""
         table = self.probes.bpf[name]
-        for k in [k for k in table.keys() if k.tgid == pid]:
+        for k in [k for k in table.keys() if k.tgid in pids]:
             try:
                 del table[k]
             except KeyError:

@@ -320,7 +320,7 @@ class RlscopeApp(App):
         """The job's processes (shown once there is more than the one attached to)."""
         t = self.query_one("#procs", DataTable)
         t.set_class(len(s["processes"]) > 1, "show")
-        _refill(t, [(str(p["pid"]), (str(p["pid"]), p["role"], _short_cmd(p["command"]), _fmt_s(p["on_cpu_s"]),
+        _refill(t, [(str(p["pid"]), (p["label"], p["role"], _short_cmd(p["command"]), _fmt_s(p["on_cpu_s"]),
                                      _fmt_s(p["python_s"]), _fmt_s(p["simulator_s"]), _fmt_s(p["backend_s"]),
                                      _fmt_s(p["waiting_s"]), f"{p['calls']:,}", "exited" if p["exited"] else "live"))
                     for p in self._sorted("procs", s["processes"])])

@@ -198,6 +198,8 @@ def _processes(acct: Accounting, all_threads: list[dict], wall_s: float) -> list
                     "simulation_python_s": _s(sum(moved) * 1e9),
                     "operations": op_s, "waits": p.get("waits"),
                     "cpu_s": job["cpu_s"], "calls": f["calls"], "transitions": f["transitions"]})
+        if p.get("folded"):              # the "(N exited processes)" record (collect/processes.py)
+            out[-1]["folded"] = p["folded"]
     role_of = {q["pid"]: q["role"] for q in out}
     for q in out:
         q["waits_for"] = P.waits_for(q.pop("waits"), q["waiting_s"], role_of)

@@ -8,17 +8,21 @@ figures: its threads' last counters stay in the ring's counters record.
 
 from __future__ import annotations
 
+import collections
 import os
 import re
 import time
 from typing import Callable
 
 from ..ring import records as R
+from ..ring.records import FOLD_PID
 from .target import command_line, is_alive
 from .waits import WaitSampler
 
 REREAD_S = 1.0          # a live process's command is read again this often (a fork may exec)
 FOLLOW_NOTES = 8        # children named one by one in the notes
+KEEP_EXITED = 256       # exited processes kept as their own records; older ones fold into one
+FOLDED_PIDS = 65_536    # folded pids remembered, for a thread of theirs read late
 _PYTHON_EXE = re.compile(r"^python(\d+(\.\d+)?)?t?$")
 
 
@@ -34,6 +38,9 @@ class Processes:
         self._read_at: dict[int, float] = {}
         self._said: set[int] = set()
         self._noted: dict[str, int] = {}
+        self._exit_order: collections.deque[int] = collections.deque()
+        self._folded: dict[int, None] = {}          # recently folded pids (ordered, bounded)
+        self.folded = {"n": 0, "python": False}     # the "(N exited processes)" record's
         self.waits = WaitSampler(self.live)
         for pid in roots:
             self._read(pid)
@@ -44,8 +51,38 @@ class Processes:
 
     @property
     def known(self) -> dict[int, dict]:
-        """pid -> what is known of it (every process ever counted, the exited ones too)."""
+        """pid -> what is known of it (every process counted and not folded, the exited ones too)."""
         return self.info
+
+    def owner(self, pid: int) -> int | None:
+        """Whose figures a thread of ``pid`` adds to: its own process's, the folded record's
+        (FOLD_PID), or None (not the job's)."""
+        if pid in self.info:
+            return pid
+        return FOLD_PID if pid in self._folded else None
+
+    def fold_exited(self) -> set[int]:
+        """Fold the exited processes past the newest KEEP_EXITED into one record (FOLD_PID): a
+        job that runs a command each step makes thousands, and each would stay in every counters
+        record (a record too large for the ring ended the session). Returns the pids folded now:
+        their thread rows go with them (thread_fold.ExitedThreads.fold_pids)."""
+        out = set()
+        while len(self._exit_order) > KEEP_EXITED:
+            pid = self._exit_order.popleft()
+            p = self.info.pop(pid, None)
+            if p is None:
+                continue
+            self._read_at.pop(pid, None)
+            self._said.discard(pid)
+            self.folded["n"] += 1
+            self.folded["python"] = self.folded["python"] or p["python"]
+            self._folded[pid] = None
+            out.add(pid)
+        while len(self._folded) > FOLDED_PIDS:
+            del self._folded[next(iter(self._folded))]
+        if out:
+            self.waits.forget(out)
+        return out
 
     def refresh(self, pids: list[int]) -> list[int]:
         """Take the probe set's processes now. Returns the ones that are gone since last time
@@ -59,7 +96,9 @@ class Processes:
             if not p["exited"] and not is_alive(pid):
                 p["exited"] = True
                 gone.append(pid)
-        return [g for g in gone if g not in self.roots]
+        gone = [g for g in gone if g not in self.roots]
+        self._exit_order.extend(gone)
+        return gone
 
     def _read(self, pid: int) -> None:
         first = pid not in self.info
@@ -104,8 +143,14 @@ class Processes:
         mine: dict[int, list] = {}
         for (pid, op), o in sorted((ops or {}).items()):
             mine.setdefault(pid, []).append({"id": op, "ns": o.ns, "oh": o.oh, "calls": o.calls})
-        return [R.process(pid=pid, ppid=p["ppid"], command=p["cmd"], python=p["python"], exited=p["exited"],
-                          role=self.roles.get(pid), ops=mine.get(pid), waits=self.waits.counts(pid)) for pid, p in sorted(self.info.items())]
+        out = [R.process(pid=pid, ppid=p["ppid"], command=p["cmd"], python=p["python"], exited=p["exited"],
+                         role=self.roles.get(pid), ops=mine.get(pid), waits=self.waits.counts(pid))
+               for pid, p in sorted(self.info.items())]
+        if self.folded["n"]:             # their operations stay in the job's, not split by process
+            out.append(R.process(pid=FOLD_PID, ppid=self.roots[0] if self.roots else 0,
+                                 command=f"({self.folded['n']:,} exited processes, folded)",
+                                 python=self.folded["python"], exited=True, role=None, folded=self.folded["n"]))
+        return out
 
 
 def _ppid(pid: int) -> int:

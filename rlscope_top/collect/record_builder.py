@@ -48,9 +48,12 @@ class RecordBuilder:
         now = now or time.monotonic_ns()
         per = {(o.pid, o.op): o for o in self.probes.ops()} if self.op_names or self.sampler else {}
         for tc in self.probes.threads():
-            if tc.tgid not in self.processes.known:     # a pid whose process the job no longer has
+            owner = self.processes.owner(tc.tgid)
+            if owner is None:                # a pid whose process the job no longer has
                 continue
             rec = self._thread_record(tc, now, per)
+            if owner != tc.tgid:             # its process was folded (processes.fold_exited)
+                rec["pid"] = owner
             self._aops[tc.tid] = tc.aop
             if tc.exited:                 # its last figures; the record stays bounded (thread_fold)
                 self.probes.forget(tc.tid)
@@ -62,6 +65,8 @@ class RecordBuilder:
                 self._exited.add(rec)
             else:
                 self._threads[tc.tid] = rec
+        if folded := self.processes.fold_exited():
+            self._exited.fold_pids(folded, R.FOLD_PID)
         ops = _job_ops(per)
         rec = R.counters(now, list(self._threads.values()) + self._exited.rows(), self.probes.hits(),
                          self.budget.last_pct, ops=self._op_records(ops), procs=self.processes.records(per))

@@ -50,10 +50,10 @@ class ExitedThreads:
         while len(self._recent) > self.keep:
             self._fold(self._recent.pop(next(iter(self._recent))))
 
-    def _fold(self, rec: dict) -> None:
+    def _fold(self, rec: dict, count: int = 1) -> None:
         py, pid = bool(rec["py"]), rec.get("pid")
         key = (pid, py)
-        n = self._n[key] = self._n.get(key, 0) + 1
+        n = self._n[key] = self._n.get(key, 0) + count
         row = self._folded.get(key)
         if row is None:
             row = {k: v for k, v in rec.items() if k in _SUMMED}
@@ -67,6 +67,13 @@ class ExitedThreads:
                     row[k] = add_counts(row.get(k), rec.get(k))
         row["name"] = f"({n} exited {'Python ' if py else ''}threads)"
         row["folded"] = n
+
+    def fold_pids(self, pids: set[int], into: int) -> None:
+        """Processes folded into one (``into``, processes.py): their rows add into its rows."""
+        for tid in [t for t, r in self._recent.items() if r.get("pid") in pids]:
+            self._fold(dict(self._recent.pop(tid), pid=into))
+        for key in [k for k in self._folded if k[0] in pids]:
+            self._fold(dict(self._folded.pop(key), pid=into), self._n.pop(key))
 
     def rows(self) -> list[dict]:
         """The rows to put in a counters record."""

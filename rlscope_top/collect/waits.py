@@ -136,6 +136,12 @@ class WaitSampler:
         if self._thread is not None:
             self._thread.join(timeout=2)
 
+    def forget(self, pids: set[int]) -> None:
+        """Processes folded away (processes.py): their samples are not kept apart."""
+        with self._lock:
+            for pid in pids:
+                self._counts.pop(pid, None)
+
     def counts(self, pid: int) -> list[list]:
         """A process's samples while blocked: ``[[what, peer pid or 0 or SHARED, samples], ...]``."""
         with self._lock:

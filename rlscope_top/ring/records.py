@@ -63,6 +63,7 @@ def thread(*, tid: int, name: str, python: bool, exited: bool, ns: list, trans: 
 
 
 FOLD_TID = {True: -1, False: -2}          # the folded rows' tids: Python, other (the main process)
+FOLD_PID = 1 << 30                        # the "(N exited processes)" record: above any pid_max (2^22)
 
 
 def fold_tid(py: bool, pid: int | None, main_pid: int | None) -> int:
@@ -91,13 +92,16 @@ SHARED = -1     # a wait's peer "pid" when several of the job's processes hold t
 
 
 def process(*, pid: int, ppid: int, command: str, python: bool, exited: bool, role: str | None,
-            ops: list[dict] | None = None, waits: list[list] | None = None) -> dict:
+            ops: list[dict] | None = None, waits: list[list] | None = None, folded: int = 0) -> dict:
     """One process of the job: ``role`` is the user's (``--role PID=NAME``) or None (guessed
     by the accounting); ``python``: it runs a Python interpreter (its main thread is Python's);
     ``ops``: its share of the operations, ``[{id, ns, oh, calls}]`` (the ``ops`` layout);
+    ``folded``: the record of that many exited processes added together (pid FOLD_PID);
     ``waits``: samples of its main thread while blocked, ``[[what, peer pid or 0 or SHARED, samples]]``
     (what: "pipe", "socket", or the kind of wait; the peer is the job's process at the other end)."""
     r = {"pid": pid, "ppid": ppid, "cmd": command, "python": python, "exited": exited, "role": role}
+    if folded:                       # pid FOLD_PID: this many exited processes, added together
+        r["folded"] = folded
     if ops:
         r["ops"] = ops
     if waits:
