@@ -182,6 +182,16 @@ class MapAccess:
                            calls=list(c.calls), oh=list(c.oh), ticks=list(c.ticks))
                 for k, c in self.bpf["opstat"].items()]
 
+    def forget_ops(self, keys: list[tuple[int, int]]) -> None:
+        """Drop (pid, op) counters from the kernel: a folded process's (their final figures are
+        kept by the caller), so that the table has room for the processes to come."""
+        table = self.bpf["opstat"]
+        for pid, op in keys:
+            try:
+                del table[ct.c_ulonglong(pid << 32 | op)]
+            except Exception:            # KeyError, or the program is gone
+                pass
+
     def set_op_source(self, bit: int, on: bool = True) -> None:
         """Turn an operation source on in the kernel: 1 annotations, 2 the stack sampler."""
         with self._cfg_lock:          # the sampler's reader thread calls this too

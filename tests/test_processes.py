@@ -225,3 +225,28 @@ def test_native_children_are_noted_a_few_times_then_once():
         for k in kids:
             k.kill()
             k.wait()
+
+
+def test_folded_processes_operations_add_into_the_folds_and_the_job_keeps_them():
+    """Folding exited processes moves their operation counters into the fold's (FOLD_PID) and
+    out of the kernel's table; the job's sums do not move."""
+    from rlscope_top.collect.record_builder import _fold_ops_into, _job_ops  # noqa: PLC0415
+    from rlscope_top.probes.maps import OpCounters  # noqa: PLC0415
+    from rlscope_top.ring.records import FOLD_PID  # noqa: PLC0415
+
+    def oc(pid, op, k):
+        return OpCounters(op=op, pid=pid, ns=[[k, 2 * k]] * 4, trans=[[k] * 4] * 4, calls=[k] * 4, oh=[1] * 4,
+                          ticks=[k, k])
+
+    per = {(p, op): oc(p, op, 10 * p + op) for p in (42, 50, 60) for op in (1, 2)}
+    before = _job_ops(dict(per))
+    into: dict = {}
+    left = _fold_ops_into(per, {50}, into)
+    assert sorted(left) == [(50, 1), (50, 2)]
+    left = _fold_ops_into(per, {60}, into)                # a second fold adds to the first
+    assert sorted(per) == [(42, 1), (42, 2), (FOLD_PID, 1), (FOLD_PID, 2)]
+    assert per[(FOLD_PID, 1)].calls == [501 + 601] * 4 and per[(FOLD_PID, 1)].pid == FOLD_PID
+    after = _job_ops(dict(per))
+    for op in (1, 2):
+        assert (after[op].ns, after[op].calls, after[op].trans, after[op].oh, after[op].ticks) == \
+            (before[op].ns, before[op].calls, before[op].trans, before[op].oh, before[op].ticks)

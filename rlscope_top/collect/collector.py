@@ -51,6 +51,7 @@ class Collector(OperationSources, BudgetLoop, RecordBuilder):
         self._names: dict[int, str] = {}
         self._threads: dict[int, dict] = {}     # live threads' rows
         self._exited = ExitedThreads(main_pid=pid)
+        self._folded_ops: dict = {}              # (FOLD_PID, op) -> folded processes' OpCounters (record_builder)
         self._folded_note = False
         self._open: dict[int, list[tuple[str, int]]] = {}
         self._op_open: dict[int, tuple[int, int]] = {}    # --timeline: tid -> (its operation, since)

@@ -146,10 +146,11 @@ class Processes:
         out = [R.process(pid=pid, ppid=p["ppid"], command=p["cmd"], python=p["python"], exited=p["exited"],
                          role=self.roles.get(pid), ops=mine.get(pid), waits=self.waits.counts(pid))
                for pid, p in sorted(self.info.items())]
-        if self.folded["n"]:             # their operations stay in the job's, not split by process
+        if self.folded["n"]:
             out.append(R.process(pid=FOLD_PID, ppid=self.roots[0] if self.roots else 0,
                                  command=f"({self.folded['n']:,} exited processes, folded)",
-                                 python=self.folded["python"], exited=True, role=None, folded=self.folded["n"]))
+                                 python=self.folded["python"], exited=True, role=None, folded=self.folded["n"],
+                                 ops=mine.get(FOLD_PID)))
         return out
 
 

@@ -47,6 +47,7 @@ class RecordBuilder:
     def _counters(self, now: int | None = None) -> dict:
         now = now or time.monotonic_ns()
         per = {(o.pid, o.op): o for o in self.probes.ops()} if self.op_names or self.sampler else {}
+        per.update(self._folded_ops)
         for tc in self.probes.threads():
             owner = self.processes.owner(tc.tgid)
             if owner is None:                # a pid whose process the job no longer has
@@ -67,6 +68,7 @@ class RecordBuilder:
                 self._threads[tc.tid] = rec
         if folded := self.processes.fold_exited():
             self._exited.fold_pids(folded, R.FOLD_PID)
+            self._fold_ops(per, folded)
         ops = _job_ops(per)
         rec = R.counters(now, list(self._threads.values()) + self._exited.rows(), self.probes.hits(),
                          self.budget.last_pct, ops=self._op_records(ops), procs=self.processes.records(per))
@@ -108,6 +110,11 @@ class RecordBuilder:
                                    nested=smp.nested.get(name) if sampled else None,
                                    samples_total=smp.total if sampled else None))
         return out
+
+    def _fold_ops(self, per: dict, folded: set[int]) -> None:
+        """The folded processes' operations go with them: kept here, out of the kernel's table
+        (4,096 entries, one per process and operation, never freed before)."""
+        self.probes.forget_ops(_fold_ops_into(per, folded, self._folded_ops))
 
     def _thread_record(self, tc: ThreadCounters, now: int, ops: dict[tuple[int, int], OpCounters]) -> dict:
         ns = [list(x) for x in tc.ns]
@@ -170,6 +177,20 @@ class RecordBuilder:
             self.ring.write(R.intervals(items))
         for i in range(0, len(timeline), 20000):     # keep each record well under the ring's size
             self.ring.write(R.events(timeline[i:i + 20000]))
+
+
+def _fold_ops_into(per: dict, folded: set[int], into: dict) -> list[tuple[int, int]]:
+    """Folded processes' operation counters (final: they exited) add into ``into``'s
+    ((FOLD_PID, op) keys) and leave ``per``. Returns the keys that left."""
+    mine = {k: o for k, o in per.items() if k[0] in folded}
+    if mine:
+        for op, o in _job_ops({**mine, **into}).items():
+            o.pid = R.FOLD_PID
+            into[(R.FOLD_PID, op)] = o
+        for k in mine:
+            del per[k]
+        per.update(into)
+    return list(mine)
 
 
 def _job_ops(per: dict[tuple[int, int], OpCounters]) -> dict[int, OpCounters]:
