@@ -214,12 +214,14 @@ class KernelStackSampler(StackSampler):
         self._gone.update(pids)
 
     def _let_go(self) -> None:
+        """The reader's half of forget_processes: drop them here and from the kernel's pyinfo
+        (which the exit hook in pystack.c has mostly done already)."""
         gone = set()
         while self._gone:
             gone.add(self._gone.pop())
         self._drop(gone)
         pyinfo = self.probes.bpf["pyinfo"]
-        for pid in gone:                 # the kernel's table holds 256 processes (a fork copies one in)
+        for pid in gone:                 # bounded (4,096), and a fork copies its parent's entry in
             try:
                 del pyinfo[ct.c_uint32(pid)]
             except Exception:            # KeyError: never followed as Python, or the program is gone
