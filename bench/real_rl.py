@@ -160,13 +160,18 @@ def run_program(key: str, sessions: int, seconds: float, gap: float, args: list[
     return rows
 
 
+def _ratio(self_pct: float, measured_pct: float) -> float:
+    """Self-report over measured slowdown; nan where the slowdown is too small to divide by."""
+    return self_pct / measured_pct if measured_pct > 0.5 else float("nan")
+
+
 def table(rows: list[dict]) -> list[str]:
     out = ["| program | session | Python / Backend / Simulator % | max diff from exact, pp | self-reported overhead % "
            "| measured slowdown % (step rate) | self / measured | budget modes |",
            "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         sh = r["shares"]
-        ratio = r["self_pct"] / r["measured_pct"] if r["measured_pct"] > 0.5 else float("nan")
+        ratio = _ratio(r["self_pct"], r["measured_pct"])
         out.append(f"| {r['program']} | {r['mode']} | {sh['python']:.1f} / {sh['backend']:.1f} / {sh['simulator']:.1f} "
                    f"| {r['vs_exact_pp']:.1f} | {r['self_pct']:.1f} | {r['measured_pct']:.1f} | {ratio:.2f} "
                    f"| {r['modes'] or '-'} |")
@@ -180,7 +185,7 @@ def overhead_table(rows: list[dict]) -> list[str]:
            "| contention % | sampler % | monitor CPU, % of a core |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         src, w = r["by_source_s"], r["wall_s"] or float("nan")
-        ratio = r["self_pct"] / r["measured_pct"] if r["measured_pct"] > 0.5 else float("nan")
+        ratio = _ratio(r["self_pct"], r["measured_pct"])
         parts = " | ".join(f"{100 * (src.get(k) or 0.0) / w:.1f}" for k in ("probes", "kernel_extra", "contention", "sampler"))
         cpu = f"{100 * r['monitor_cpu_s'] / w:.1f}" if r.get("monitor_cpu_s") is not None else "n/a"
         out.append(f"| {r['program']} | {r['mode']} | {r['measured_pct']:.1f} | {r['self_pct']:.1f} | {ratio:.2f} | {parts} "
@@ -198,8 +203,8 @@ def _medians(rows: list[dict]) -> list[str]:
         if len(ds) < 2:
             continue
         meas, self_ = statistics.median(r["measured_pct"] for r in ds), statistics.median(r["self_pct"] for r in ds)
-        ratio = self_ / meas if meas > 0.5 else float("nan")
-        out.append(f"| {prog} | default, median of {len(ds)} | {meas:.1f} | {self_:.1f} | {ratio:.2f} | | | | | |")
+        out.append(f"| {prog} | default, median of {len(ds)} | {meas:.1f} | {self_:.1f} | {_ratio(self_, meas):.2f} "
+                   "| | | | | |")
     return out
 
 

@@ -10,7 +10,7 @@ import stat
 import sys
 
 from . import __version__
-from .collect import op_rules
+from .collect import hangup, op_rules
 from .errors import EXIT_INTERNAL, EXIT_PIPE_CLOSED, RlscopeError, UsageError
 from .probes import catalog
 
@@ -345,7 +345,8 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError as e:
         if not _stdout_reader_gone():
             return _internal(e)
-        _stdout_to_null()           # `symbols LIB | head`: what reads our output has all it wanted
+        hangup.to_null(1)           # `symbols LIB | head`: what reads our output has all it wanted (and
+                                    # the interpreter flushes stdout at exit)
         return EXIT_PIPE_CLOSED
     except SystemExit as e:         # rich's console ends a broken pipe so (exit 1, stdout to /dev/null)
         if e.code == 1 and piped and _stdout_is_null():
@@ -386,13 +387,6 @@ def _stdout_is_null() -> bool:
         return os.path.samestat(os.fstat(1), os.stat(os.devnull))
     except OSError:
         return False
-
-
-def _stdout_to_null() -> None:
-    """The interpreter flushes stdout at exit: give it somewhere that takes the rest."""
-    null = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(null, 1)
-    os.close(null)
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:

@@ -26,13 +26,19 @@ def silence_dead_terminal() -> None:
     """After a hang-up, what is still printed (the summary table, the last line) goes to
     /dev/null instead of failing with EIO. Only a terminal's descriptors move (a hung-up one
     no longer passes isatty, so any character device): a log file or a pipe keeps its output."""
+    def terminal(fd: int) -> bool:
+        try:
+            return stat.S_ISCHR(os.fstat(fd).st_mode)
+        except OSError:
+            return False
+    to_null(*(fd for fd in (1, 2) if terminal(fd)))
+
+
+def to_null(*fds: int) -> None:
+    """Point ``fds`` at /dev/null: what is still written to them goes nowhere, without an error."""
     null = os.open(os.devnull, os.O_WRONLY)
     try:
-        for fd in (1, 2):
-            try:
-                if stat.S_ISCHR(os.fstat(fd).st_mode):
-                    os.dup2(null, fd)
-            except OSError:
-                pass
+        for fd in fds:
+            os.dup2(null, fd)
     finally:
         os.close(null)

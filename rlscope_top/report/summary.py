@@ -13,7 +13,7 @@ from . import gpu_summary
 from ..account.accounting import Accounting
 from ..account.gpu_figures import GpuView, ranges_stopped
 from ..account.session_figures import figures
-from ..ring.records import FOLD_PID
+from ..ring.records import pid_label
 from ..safe_files import write_atomic
 from ..vocab import ALL_OP, CATEGORIES, NA, NA_TEXT, fmt
 
@@ -210,8 +210,7 @@ def _render_processes(summary: dict, console: Console) -> None:
     shown, folded = _fold_processes(procs)
     for p in shown:
         waits = ", ".join(f"{_wait_short(w)} {100 * w['share']:.0f}%" for w in (p.get("waits_for") or [])[:2])
-        pid = "folded" if p["pid"] == FOLD_PID else str(p["pid"])
-        table.add_row(pid, p["role"] + (" (exited)" if p["exited"] else ""), *_process_cells([p]), waits)
+        table.add_row(pid_label(p["pid"]), p["role"] + (" (exited)" if p["exited"] else ""), *_process_cells([p]), waits)
     if folded:
         table.add_row("...", f"{len(folded)} more (exited)", *_process_cells(folded), "")
     console.print(table)

@@ -15,7 +15,7 @@ from . import summary as S
 from ..account import processes as P
 from ..account.books import Books
 from ..account.session_figures import figures
-from ..ring.records import FOLD_PID
+from ..ring.records import pid_label
 from ..ring.ring import RingReader
 from ..vocab import ALL_OP, CATEGORIES, LABELS, NA
 
@@ -60,7 +60,7 @@ def _process_row(p: dict) -> dict:
     """One row of the processes table: its Python column is Python at work, its waiting apart
     (the two add up to the process's Python time in its categories)."""
     t = p["totals"]
-    return {"pid": p["pid"], "label": "folded" if p["pid"] == FOLD_PID else str(p["pid"]),
+    return {"pid": p["pid"], "label": pid_label(p["pid"]),
             "role": p["role"], "command": p["command"], "exited": p["exited"],
             "python": p["python"], "on_cpu_s": t.get("on_cpu_s"), "off_cpu_s": t.get("off_cpu_s"),
             "waiting_s": p.get("waiting_s"), "native_cpu_s": (p.get("cpu_s") or {}).get("native"),

@@ -66,6 +66,11 @@ FOLD_TID = {True: -1, False: -2}          # the folded rows' tids: Python, other
 FOLD_PID = 1 << 30                        # the "(N exited processes)" record: above any pid_max (2^22)
 
 
+def pid_label(pid: int) -> str:
+    """How a process's pid is shown: the folded record's reads "folded"."""
+    return "folded" if pid == FOLD_PID else str(pid)
+
+
 def fold_tid(py: bool, pid: int | None, main_pid: int | None) -> int:
     """The tid of an "(N exited threads)" row (collect/thread_fold.py): FOLD_TID in the main
     process, a negative of its own in another."""
