@@ -16,7 +16,7 @@ Checks (each one's result, or why it could not run, lands in the JSON):
   subscriber_conflict  `attach --gpu-activity` to a job whose torch.profiler holds CUPTI
 
 usage: sudo python bench/gpu_validate.py --out /path/result.json [--quick] [--calibrate]
-       [--deadline-s S] [--end-s S]   (run it from outside the checkout: cd /tmp)
+       [--deadline-s S] [--end-s S] [--checks a,b]   (run it from outside the checkout: cd /tmp)
 """
 
 from __future__ import annotations
@@ -94,9 +94,12 @@ def versions() -> dict:
 def run_loop(tmp: str, steps: int, *opts: str) -> tuple[dict, dict]:
     """launch_loop under `run`: (its own JSON line, the summary)."""
     s = os.path.join(tmp, f"run-{time.monotonic_ns()}.json")
-    p = sh([*RLS, "run", "--headless", "-q", "--summary", s, *opts, "--", PY, LOOP, str(steps)], cwd=tmp)
-    if p.returncode:
-        raise RuntimeError(f"run: {p.stderr[-600:]}")
+    p = sh([*RLS, "run", "--headless", "-q", "--summary", s, *opts, "--", PY, LOOP, str(steps)], cwd=tmp,
+           env={**os.environ, "PYTHONFAULTHANDLER": "1"})     # a crash in the loop names its thread and frame
+    if p.returncode:    # whole enough to tell the loop's own failure from ours (an H200 run gave only a tail)
+        end = summary_of(s).get("end_reason") if os.path.exists(s) else "no summary"
+        raise RuntimeError(f"run exited {p.returncode} ({end}); stdout: {p.stdout[-300:]!r}; "
+                           f"stderr head: {p.stderr[:1200]!r}; tail: {p.stderr[-300:]!r}")
     return last_json(p.stdout), summary_of(s)
 
 
@@ -124,16 +127,21 @@ def counts(tmp: str, steps: int) -> dict:
 def speed_loop(tmp: str, steps: int, reps: int) -> dict:
     res: dict[str, list[float]] = {"plain": [], "run": [], "run_full": [], "torch.profiler": []}
     reported: dict[str, list[float]] = {"run": [], "run_full": []}
+    failed: list[str] = []
     for _ in range(reps):
         res["plain"].append(last_json(sh([PY, LOOP, str(steps)], cwd=tmp).stdout)["seconds"])
         for mode, opts in (("run", ()), ("run_full", ("--max-overhead", "100"))):
-            out, s = run_loop(tmp, steps, *opts)
+            try:
+                out, s = run_loop(tmp, steps, *opts)
+            except RuntimeError as e:      # one failed run is a finding; the other runs still count
+                failed.append(f"{mode}: {e}"[:2000])
+                continue
             res[mode].append(out["seconds"])
             reported[mode].append(s["overhead"]["estimated_pct"])
         res["torch.profiler"].append(last_json(sh([PY, LOOP, str(steps), "--torch-profiler"], cwd=tmp).stdout)["seconds"])
-    med = {k: statistics.median(v) for k, v in res.items()}
+    med = {k: statistics.median(v) for k, v in res.items() if v}
     return {"median_s": med, "ratio": {k: round(v / med["plain"], 3) for k, v in med.items()},
-            "self_report_pct": reported, "runs": res}
+            "self_report_pct": reported, "runs": res, "failed": failed}
 
 
 END = [float("inf")]   # --end-s: the monotonic time every check must be done by
@@ -327,12 +335,20 @@ def main() -> None:
     ap.add_argument("--deadline-s", type=float, default=0, help="skip the checks that would start after this")
     ap.add_argument("--end-s", type=float, default=0, help="PPO's runs are cut to end by this")
     ap.add_argument("--calibrate", action="store_true", help="run `rlscope-top calibrate` first (about a minute)")
+    ap.add_argument("--checks", default="", help="comma-separated names, run in this order (default: all)")
     a = ap.parse_args()
     steps, reps, ppo = (300, 1, 2048) if a.quick else (2000, 3, 8192)
     result: dict = {}
     checks = [("versions", versions), ("attach", attach_cycles), ("native", native),
               ("counts", lambda t: counts(t, steps)), ("speed_launch_loop", lambda t: speed_loop(t, steps, reps)),
               ("speed_ppo", lambda t: speed_ppo(t, ppo)), ("subscriber_conflict", subscriber_conflict)]
+    if a.checks:      # a session short of device time runs what the last one skipped first
+        named = dict(checks)
+        unknown = [n for n in a.checks.split(",") if n not in named]
+        if unknown:
+            print(f"error: unknown check {', '.join(unknown)}; hint: one of {', '.join(named)}", file=sys.stderr)
+            sys.exit(2)
+        checks = [(n, named[n]) for n in a.checks.split(",")]
     start = time.monotonic()
     if a.calibrate:      # the self-report prices probes from this machine's calibration (about 1 min)
         c = sh([*RLS, "calibrate"], 180)

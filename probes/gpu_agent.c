@@ -49,6 +49,7 @@
 #define HEARTBEAT_GRACE_NS 10000000000ull   /* no monitor tick this long: stop tracing */
 #define EXIT_DRAIN_NS 3000000000ull         /* at exit, wait this long at most for the monitor to drain, */
 #define EXIT_CLAIM_NS 1000000000ull         /* and this long for one to appear */
+#define EXIT_LOCK_S 2                       /* at exit, wait this long at most for a command in flight */
 #define LAUNCH_CLAIM_NS 10000000000ull      /* `run`'s own child waits this long in cuInit for the monitor */
 
 _Static_assert(sizeof(struct rls_frame) == 16, "frame header");
@@ -543,14 +544,19 @@ static void do_flush(void) {
     H->flushes++;
 }
 
+static int exiting;     /* set under ctl once the process has begun to exit: no command runs after */
+
 static void run(uint32_t cmd) {
     pthread_mutex_lock(&ctl);
-    if (cmd == RLS_CMD_START)
-        do_start();
-    else if (cmd == RLS_CMD_STOP)
-        do_stop();
-    else if (cmd == RLS_CMD_FLUSH)
-        do_flush();
+    /* exiting: the runtime is being torn down, and CUPTI calls from here could crash the process */
+    if (!__atomic_load_n(&exiting, __ATOMIC_ACQUIRE)) {
+        if (cmd == RLS_CMD_START)
+            do_start();
+        else if (cmd == RLS_CMD_STOP)
+            do_stop();
+        else if (cmd == RLS_CMD_FLUSH)
+            do_flush();
+    }
     pthread_mutex_unlock(&ctl);
 }
 
@@ -608,14 +614,27 @@ static void start_control(void) {
     pthread_attr_destroy(&a);
 }
 
-/* The process ends while tracing (a launched command that finishes): hand over what
- * CUPTI still holds, then give the monitor a moment to take it before the region goes. */
+/* The process ends (a launched command that finishes): wait for a command in flight (a
+ * budget window's start or stop; skipped, it ran on into the runtime's teardown and lost
+ * what CUPTI held), refuse any later one, hand over what CUPTI still holds, then give the
+ * monitor a moment to take it before the region goes. */
 static void at_exit(void) {
-    if (!H || H->state != RLS_STATE_TRACING || pthread_mutex_trylock(&ctl) != 0)
+    if (!H)
         return;
-    C.flushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
-    update_dropped();
-    pthread_mutex_unlock(&ctl);
+    struct timespec by;
+    clock_gettime(CLOCK_REALTIME, &by);
+    by.tv_sec += EXIT_LOCK_S;
+    int locked = pthread_mutex_timedlock(&ctl, &by) == 0;
+    __atomic_store_n(&exiting, 1, __ATOMIC_RELEASE);
+    int tracing = locked && H->state == RLS_STATE_TRACING;
+    if (tracing) {
+        C.flushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+        update_dropped();
+    }
+    if (locked)
+        pthread_mutex_unlock(&ctl);
+    if (!tracing)
+        return;
     uint64_t t = now_ns(), claim_by = t + EXIT_CLAIM_NS, until = t + EXIT_DRAIN_NS;
     while ((t = now_ns()) < until) {
         if (!H->monitor_pid ? t > claim_by : monitor_gone() || __atomic_load_n(&H->tail, __ATOMIC_ACQUIRE) == H->head)

@@ -165,6 +165,39 @@ def test_stop_flushes_and_three_cycles_change_nothing(native, gpu_native):
 
 
 @pytest.mark.skipif(not ROOT, reason="root only")
+def test_exit_during_a_command_waits_for_it_and_runs_no_later_one(native, gpu_native):
+    """A process that exits while the agent runs a command (a budget window's flush or stop):
+    its exit hook waits for it, hands over what CUPTI still holds, and refuses commands after.
+    Before, the hook gave up on a busy lock: the 37 kernels made during the flush were lost,
+    and the control thread went on calling CUPTI into the runtime's teardown (an H200 `run`
+    of the launch loop ended with a non-zero status and no message)."""
+    t = native()
+    r = _region(t.pid)
+    assert _start(r, gpu_native["cupti"])[0] == "ok"
+    t("flush_hold 400")                           # each flush takes 0.4 s once it has delivered
+    t("kernels 101 1000 0")
+    assert not r.command(R.CMD_FLUSH, 0.05)       # in flight: delivered, now holding
+    t("kernels 37 1000 0")                        # made during it, held by CUPTI
+    t.p.stdin.write("exit\n")
+    t.p.stdin.flush()
+    frames, end = [], time.monotonic() + 10
+    while r.stats()["records"] < 2 * 138 and time.monotonic() < end:
+        time.sleep(0.01)
+    assert r.stats()["records"] == 2 * 138, "the exit hook did not flush what CUPTI held"
+    flushes = r.stats()["flushes"]
+    assert t.p.poll() is None                     # still in its exit hook, waiting for us to drain
+    assert r.command(R.CMD_STOP, 5)               # answered, not run: the runtime is going away
+    assert r.stats()["flushes"] == flushes and r.tracing
+    while t.p.poll() is None and time.monotonic() < end:
+        frames += r.read()
+        time.sleep(0.01)
+    frames += r.read()
+    b = D.decode(frames, D.layouts(r.kind_sizes()))
+    assert (b.acts["kind"] == 0).sum() == 138 and t.p.wait(5) == 0
+    r.close()
+
+
+@pytest.mark.skipif(not ROOT, reason="root only")
 def test_another_cupti_subscriber_is_reported_not_fought(native, gpu_native):
     t = native()
     t("configure 1 0")                       # torch.profiler holds CUPTI

@@ -27,7 +27,7 @@ static CUpti_BuffersCallbackRequestFunc req_cb;
 static CUpti_BuffersCallbackCompleteFunc done_cb;
 static CUpti_TimestampCallbackFunc ts_cb;
 static int enabled[64], rt_api[1024], rt_kind, subscribed, other_subscriber, fail_enable;
-static uint32_t period_ms;
+static uint32_t period_ms, flush_hold_ms;
 static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER, drained = PTHREAD_COND_INITIALIZER;
 static uint8_t *cur;
@@ -210,6 +210,9 @@ EXPORT void fake_cupti_configure(int busy_subscriber, int enable_error) {
     fail_enable = enable_error;
 }
 
+/* Each flush then takes `ms` more once it has delivered: a command in flight when the process exits. */
+EXPORT void fake_cupti_flush_hold(uint32_t ms) { flush_hold_ms = ms; }
+
 EXPORT uint64_t fake_cupti_emitted(void) { return emitted; }
 
 /* -- the CUPTI API the agent uses --------------------------------------------------------- */
@@ -282,6 +285,8 @@ CUptiResult CUPTIAPI cuptiActivityFlushAll(uint32_t flag) {
     while (qn || busy)                /* delivered before it returns, as a forced flush is */
         pthread_cond_wait(&drained, &m);
     pthread_mutex_unlock(&m);
+    if (flush_hold_ms)
+        usleep(flush_hold_ms * 1000u);
     return CUPTI_SUCCESS;
 }
 

@@ -6,7 +6,8 @@ agent (probes/librlscope_gpu.so). Then it obeys lines on stdin, answering each w
 line: ``kernels N DUR_NS NAME_ID``, ``memcpy N BYTES``, ``memset N BYTES``, ``cudart N``
 (N real cudaLaunchKernel calls into the CUDA runtime wheel, each with its kernel record),
 ``sync N`` (N real cudaDeviceSynchronize calls),
-``threads`` (its thread count), ``tid``, ``exit``.
+``flush_hold MS`` (each CUPTI flush then takes MS more), ``threads`` (its thread count),
+``tid``, ``exit``.
 
 Usage: gpu_native_target.py FAKE_CUDA FAKE_CUPTI AGENT|--no-agent
 """
@@ -63,6 +64,9 @@ for line in sys.stdin:
         out = ",".join(map(str, sorted(rcs)))
     elif cmd == "sync":
         out = ",".join(map(str, sorted({cudart.cudaDeviceSynchronize() for _ in range(a[0])})))
+    elif cmd == "flush_hold":
+        cupti.fake_cupti_flush_hold(a[0])
+        out = "ok"
     elif cmd == "configure":
         cupti.fake_cupti_configure(a[0], a[1])
         out = "ok"
