@@ -118,19 +118,33 @@ def plain_span(t: Target, span: float) -> float:
     return t.rate(t0, time.monotonic_ns())
 
 
-def run(reps: int, span: float, busy: bool) -> dict:
-    out: dict = {"plain": [], **{k: [] for k in SETTINGS}, "py-spy 100 Hz": []}
+def run(reps: int, span: float, busy: bool, settings: dict) -> dict:
+    out: dict = {"plain": [], **{k: [] for k in settings}, "py-spy 100 Hz": []}
     t = Target(busy)
+    waiting: list[dict] = []          # attached spans whose next plain span is yet to come
+
+    def plain() -> None:
+        out["plain"].append(plain_span(t, span))
+        for r in waiting:
+            r["after"] = out["plain"][-1]
+        waiting.clear()
+
+    def attached(name: str, r: dict) -> None:
+        r["before"] = out["plain"][-1]
+        out[name].append(r)
+        waiting.append(r)
+
     try:
         time.sleep(2.0)                                  # warm up
         with tempfile.TemporaryDirectory() as tmp:
             for rep in range(reps):
-                for name, setting in SETTINGS.items():   # ABAB: plain before each attached span
-                    out["plain"].append(plain_span(t, span))
-                    out[name].append(attached_span(t, setting, span, tmp))
+                for name, setting in settings.items():   # ABAB: a plain span before and after each attached one
+                    plain()
+                    attached(name, attached_span(t, setting, span, tmp))
                     print(f"[{'busy' if busy else 'idle'}] rep {rep} {name}: {out[name][-1]}", file=sys.stderr)
-                out["plain"].append(plain_span(t, span))
-                out["py-spy 100 Hz"].append(pyspy_span(t, span, tmp))
+                plain()
+                attached("py-spy 100 Hz", pyspy_span(t, span, tmp))
+            plain()
     finally:
         t.close()
     return out
@@ -140,22 +154,32 @@ def _slow(base: float, v: float) -> str:
     return f"{base / v:.3f}x" if v == v and v > 0 else "n/a"
 
 
-def table(res: dict, label: str) -> list[str]:
+def _paired(rs: list[dict]) -> tuple[str, str]:
+    """Each attached span against the mean of the plain spans just before and after it (the
+    loop's speed drifts by a few percent over a run): the median, and each rep's."""
+    each = [(r["before"] + r["after"]) / 2 / r["steady"] for r in rs]
+    return f"{statistics.median(each):.3f}x", ", ".join(f"{x:.3f}x" for x in each)
+
+
+def table(res: dict, label: str, settings: dict) -> list[str]:
     base = statistics.median(res["plain"])
-    rows = [f"| {label} | plain | {base:,.0f} steps/s | 1.000x | | | | |"]
-    for name in SETTINGS:
+    rows = [f"| {label} | plain | {base:,.0f} steps/s | 1.000x | | | | | |"]
+    for name in settings:
         rs = res[name]
         med = {k: statistics.median([r[k] for r in rs]) for k in ("steady", "first_s", "during_attach",
                                                                    "attach_s", "detach_s", "estimated_pct")}
         each = ", ".join(_slow(base, r["steady"]) for r in rs)
         load = statistics.median([r["program"].get("load_s", float("nan")) for r in rs])
         origin = "/".join(sorted({r["program"].get("from", "?") for r in rs}))
-        rows.append(f"| {label} | {name} | {med['steady']:,.0f} steps/s | {_slow(base, med['steady'])} ({each}) | "
+        paired, paired_each = _paired(rs)
+        rows.append(f"| {label} | {name} | {med['steady']:,.0f} steps/s | {paired} ({paired_each}) | "
+                    f"{_slow(base, med['steady'])} ({each}) | "
                     f"{_slow(base, med['first_s'])} | {_slow(base, med['during_attach'])} | "
                     f"{med['attach_s']:.2f} s (program from {origin}: {load:.2f} s) | "
                     f"{med['detach_s']:.2f} s; own estimate {med['estimated_pct']:.1f}% |")
     py = statistics.median([r["steady"] for r in res["py-spy 100 Hz"]])
-    rows.append(f"| {label} | py-spy 100 Hz | {py:,.0f} steps/s | {_slow(base, py)} | | | | |")
+    rows.append(f"| {label} | py-spy 100 Hz | {py:,.0f} steps/s | {_paired(res['py-spy 100 Hz'])[0]} | "
+                f"{_slow(base, py)} | | | | |")
     return rows
 
 
@@ -165,12 +189,19 @@ def main() -> int:
     ap.add_argument("--span", type=float, default=3.0)
     ap.add_argument("--write", action="store_true", help="put the table in docs/overhead.md")
     ap.add_argument("--only", choices=["idle", "busy"], help="one machine state only")
+    ap.add_argument("--settings", default="", help="comma-separated setting names (default: all)")
     a = ap.parse_args()
+    unknown = [k for k in a.settings.split(",") if a.settings and k not in SETTINGS]
+    if unknown:
+        ap.error(f"unknown setting {', '.join(unknown)}; one of: {', '.join(SETTINGS)}")
+    settings = {k: SETTINGS[k] for k in a.settings.split(",")} if a.settings else SETTINGS
     warm_bytecode(REPO)
-    lines = ["| target | setting | speed (median) | steady slowdown (each rep) | first second after attach "
-             "| while attaching | attach | detach |", "|---|---|---|---|---|---|---|---|"]
+    lines = ["| target | setting | speed (median) | steady slowdown, paired (each rep) | steady, against all plain "
+             "spans (each rep) | first second after attach | while attaching | attach | detach |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for busy in [b for b in (False, True) if a.only is None or a.only == ("busy" if b else "idle")]:
-        lines += table(run(a.reps, a.span, busy), "busy machine (1 busy loop)" if busy else "idle machine")
+        lines += table(run(a.reps, a.span, busy, settings), "busy machine (1 busy loop)" if busy else "idle machine",
+                       settings)
     print("\n".join(lines))
     if a.write:
         sys.path.insert(0, HERE)
@@ -182,7 +213,9 @@ def main() -> int:
             "The target is bench/workloads/rl_tiny_loop.py (issue 16's loop: a tiny MLP forward per step, an SGD "
             "update every 8 steps, a 200-iteration Python env step), one process for the whole run; spans of "
             f"{a.span:g} s alternate unattached and attached (ABAB), the attached one from 1 s after \"attached\". "
-            "Slowdown = unattached speed / attached speed. Attach = monitor start to its \"attached\" line, with the "
+            "Slowdown = unattached speed / attached speed: paired, against the mean of the plain spans just "
+            "before and after (the loop drifts by a few percent over a run), and against the median of all plain "
+            "spans. Attach = monitor start to its \"attached\" line, with the "
             "program it loaded (kept from an earlier session, or compiled at nice 19) and how long that took; detach from the summary. The monitor runs with its bytecode cached, as an installed tool does (bench/monitor_env.py). The busy rows add one pure-Python busy loop "
             "beside the target on the 2-core VM.", "", *lines])
     return 0

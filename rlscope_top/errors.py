@@ -53,6 +53,12 @@ class NoSuchProcess(RlscopeError):
     code = EXIT_NO_SUCH_PROCESS
 
 
+class ThreadId(RlscopeError):
+    """The PID is one thread of another process (a TID from `top -H` or `ps -L`)."""
+
+    code = EXIT_USAGE
+
+
 class SelfAttach(RlscopeError):
     """The PID is rlscope-top itself (or its parent shell chain)."""
 

@@ -7,7 +7,7 @@ import select
 
 import psutil
 
-from ..errors import KernelThread, NoSuchProcess, NotRoot, SelfAttach, ZombieProcess
+from ..errors import KernelThread, NoSuchProcess, NotRoot, SelfAttach, ThreadId, ZombieProcess
 
 PF_KTHREAD = 0x00200000
 
@@ -26,7 +26,7 @@ def check_target(pid: int) -> psutil.Process:
         The psutil handle of the target.
 
     Raises:
-        NoSuchProcess, SelfAttach, ZombieProcess, KernelThread.
+        NoSuchProcess, ThreadId, SelfAttach, ZombieProcess, KernelThread.
     """
     if pid <= 0:
         raise NoSuchProcess(f"{pid} is not a valid PID", hint="give the PID of a running process", pid=pid)
@@ -36,6 +36,10 @@ def check_target(pid: int) -> psutil.Process:
     except psutil.NoSuchProcess:
         raise NoSuchProcess(f"no process with PID {pid}", pid=pid,
                             hint="check the PID with `ps -ef` or `pgrep -f train.py`") from None
+    owner = _thread_group(pid)
+    if owner not in (None, pid):        # /proc/TID answers for a thread too: its probes would see nothing
+        raise ThreadId(f"PID {pid} is a thread of process {owner} ({_name_of(owner)}), not a process",
+                       pid=pid, hint=f"attach to the process: rlscope-top {owner}")
     if pid == os.getpid() or pid in _our_ancestors_below_init():
         raise SelfAttach(f"PID {pid} is rlscope-top itself (or the shell that runs it)", pid=pid,
                          hint="give the PID of the training process, not of the monitor")
@@ -46,6 +50,15 @@ def check_target(pid: int) -> psutil.Process:
         raise KernelThread(f"PID {pid} ({_name(proc)}) is a kernel thread", pid=pid,
                            hint="attach to a user-space training process (python ...)")
     return proc
+
+
+def _thread_group(pid: int) -> int | None:
+    """The process (thread group) ``pid`` belongs to, or None where /proc does not say."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next((int(ln.split()[1]) for ln in f if ln.startswith("Tgid:")), None)
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def command_line(pid: int) -> str:
@@ -129,6 +142,13 @@ def _our_ancestors_below_init() -> set[int]:
     except psutil.Error:
         pass
     return out
+
+
+def _name_of(pid: int) -> str:
+    try:
+        return psutil.Process(pid).name()
+    except psutil.Error:
+        return "?"
 
 
 def _name(proc: psutil.Process) -> str:
