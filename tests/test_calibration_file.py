@@ -160,3 +160,16 @@ def test_calibrate_replaces_a_fifo_or_symlink_without_reading_it(tmp_path, monke
         assert p.is_file() and not p.is_symlink()
         assert list(json.loads(p.read_text())["machines"]) == [C.machine_key()]   # nothing read through it
         assert json.loads(other.read_text())["machines"].keys() == {"another machine"}
+
+
+@pytest.mark.parametrize("torch_total, inside", [
+    ((1152, 956), 859 + (2108 - 1895)),   # dearer than the C loop: the excess (the callee's cold caches) inside
+    ((900, 600), round(1500 * 859 / 1895)),   # cheaper: the C bracket's proportions
+])
+def test_a_torch_brackets_cost_beyond_the_c_loops_lands_inside(torch_total, inside):
+    from rlscope_top.commands.calibrate import _torch_split
+
+    c_bracket = {"outside": 1036, "inside": 859}
+    got = _torch_split({"outside": torch_total[0], "inside": torch_total[1], "kernel_share": 0.8}, c_bracket)
+    assert got["inside"] == inside and got["outside"] + got["inside"] == sum(torch_total)
+    assert got["kernel_share"] == 0.8
