@@ -619,8 +619,8 @@ static void start_control(void) {
  * what CUPTI held), refuse any later one, hand over what CUPTI still holds, then give the
  * monitor a moment to take it before the region goes. */
 static void at_exit(void) {
-    if (!H)
-        return;
+    if (!H || H->agent_pid != (uint32_t)getpid())
+        return;         /* a forked child: the region and the tracing are its parent's */
     struct timespec by;
     clock_gettime(CLOCK_REALTIME, &by);
     by.tv_sec += EXIT_LOCK_S;

@@ -198,6 +198,23 @@ def test_exit_during_a_command_waits_for_it_and_runs_no_later_one(native, gpu_na
 
 
 @pytest.mark.skipif(not ROOT, reason="root only")
+def test_a_forked_child_exits_without_waiting_on_its_parents_region(native, gpu_native):
+    """A child forked from a traced process inherits the agent's exit hook and its parent's
+    shared region. Its exit must not flush its parent's CUPTI or wait for the monitor to drain a
+    ring that is not its own (before: up to 3 s at each such exit)."""
+    t = native()
+    r = _region(t.pid)
+    assert _start(r, gpu_native["cupti"])[0] == "ok"
+    t("kernels 101 1000 0")
+    assert r.command(R.CMD_FLUSH, 10) and r.u64("head") > 0     # records the monitor has not read
+    assert int(t("fork_exit")) < 1000
+    assert r.tracing and r.stats()["flushes"] == 1               # the parent's tracing goes on
+    b = D.decode(r.read(), D.layouts(r.kind_sizes()))
+    assert (b.acts["kind"] == 0).sum() == 101
+    r.close()
+
+
+@pytest.mark.skipif(not ROOT, reason="root only")
 def test_another_cupti_subscriber_is_reported_not_fought(native, gpu_native):
     t = native()
     t("configure 1 0")                       # torch.profiler holds CUPTI

@@ -6,7 +6,8 @@ agent (probes/librlscope_gpu.so). Then it obeys lines on stdin, answering each w
 line: ``kernels N DUR_NS NAME_ID``, ``memcpy N BYTES``, ``memset N BYTES``, ``cudart N``
 (N real cudaLaunchKernel calls into the CUDA runtime wheel, each with its kernel record),
 ``sync N`` (N real cudaDeviceSynchronize calls),
-``flush_hold MS`` (each CUPTI flush then takes MS more), ``threads`` (its thread count),
+``flush_hold MS`` (each CUPTI flush then takes MS more), ``fork_exit`` (ms a forked
+child takes to exit through its atexit hooks), ``threads`` (its thread count),
 ``tid``, ``exit``.
 
 Usage: gpu_native_target.py FAKE_CUDA FAKE_CUPTI AGENT|--no-agent
@@ -17,6 +18,7 @@ import glob
 import os
 import sys
 import threading
+import time
 
 ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL)          # "the driver": libcuda.so.1
 cupti = ctypes.CDLL(sys.argv[2])
@@ -67,6 +69,13 @@ for line in sys.stdin:
     elif cmd == "flush_hold":
         cupti.fake_cupti_flush_hold(a[0])
         out = "ok"
+    elif cmd == "fork_exit":                     # a child that exits through its atexit hooks
+        t0 = time.monotonic()
+        child = os.fork()
+        if child == 0:
+            sys.exit(0)
+        os.waitpid(child, 0)
+        out = round(1000 * (time.monotonic() - t0))
     elif cmd == "configure":
         cupti.fake_cupti_configure(a[0], a[1])
         out = "ok"
