@@ -191,10 +191,10 @@ def main() -> int:
     ap.add_argument("--only", choices=["idle", "busy"], help="one machine state only")
     ap.add_argument("--settings", default="", help="comma-separated setting names (default: all)")
     a = ap.parse_args()
-    unknown = [k for k in a.settings.split(",") if a.settings and k not in SETTINGS]
-    if unknown:
+    names = a.settings.split(",") if a.settings else list(SETTINGS)
+    if unknown := [k for k in names if k not in SETTINGS]:
         ap.error(f"unknown setting {', '.join(unknown)}; one of: {', '.join(SETTINGS)}")
-    settings = {k: SETTINGS[k] for k in a.settings.split(",")} if a.settings else SETTINGS
+    settings = {k: SETTINGS[k] for k in names}
     warm_bytecode(REPO)
     lines = ["| target | setting | speed (median) | steady slowdown, paired (each rep) | steady, against all plain "
              "spans (each rep) | first second after attach | while attaching | attach | detach |",

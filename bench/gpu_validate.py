@@ -344,10 +344,8 @@ def main() -> None:
               ("speed_ppo", lambda t: speed_ppo(t, ppo)), ("subscriber_conflict", subscriber_conflict)]
     if a.checks:      # a session short of device time runs what the last one skipped first
         named = dict(checks)
-        unknown = [n for n in a.checks.split(",") if n not in named]
-        if unknown:
-            print(f"error: unknown check {', '.join(unknown)}; hint: one of {', '.join(named)}", file=sys.stderr)
-            sys.exit(2)
+        if unknown := [n for n in a.checks.split(",") if n not in named]:
+            ap.error(f"unknown check {', '.join(unknown)}; one of: {', '.join(named)}")
         checks = [(n, named[n]) for n in a.checks.split(",")]
     start = time.monotonic()
     if a.calibrate:      # the self-report prices probes from this machine's calibration (about 1 min)
