@@ -12,6 +12,7 @@ here through their own ring buffer; code objects are named from the target's mem
 from __future__ import annotations
 
 import ctypes as ct
+import os
 import struct
 import threading
 import time
@@ -54,6 +55,8 @@ class KernelStackSampler(StackSampler):
         self._gone: set[int] = set()                        # exited processes the reader lets go of next
         self._stale_sites: set[int] = set()                 # exec'd processes whose site_ticks go at the next refresh
         self._sites_final: int | None = None                # site-placed ticks when it stopped
+        self._native: dict[int, str] = {}                   # pid -> the program it ran when found not Python
+        self.root_error: str | None = None                  # why the root itself cannot be read (its tree can)
         self._rb = None
         self._cb = None
 
@@ -62,15 +65,21 @@ class KernelStackSampler(StackSampler):
         try:
             first = Interpreter(self.pid)
         except NotReadablePython as e:
-            self.error = str(e)
-            return False
+            if not self.probes.children:
+                self.error = str(e)
+                return False
+            first = None                 # a launcher (bash train.sh): its Python children are read
+            self.root_error = str(e)
         bpf = self.probes.bpf
         try:
             self._open_ring(bpf)
         except Exception as e:           # bcc raises plain Exception
-            first.close()
+            if first is not None:
+                first.close()
             self.error = f"cannot open the stack ring buffer: {e}"
             return False
+        if first is None:
+            self._native[self.pid] = _program(self.pid)
         self._add(self.pid, first)
         self._set_rate(self.hz)
         self.started_ns = time.monotonic_ns()
@@ -232,6 +241,7 @@ class KernelStackSampler(StackSampler):
         """Forget processes' interpreters (and their open /proc/PID/mem) and their code objects,
         here and in the kernel's code_op."""
         for pid in pids:
+            self._native.pop(pid, None)
             old = self.interps.pop(pid, None)
             if old is not None:
                 old.close()
@@ -262,16 +272,18 @@ class KernelStackSampler(StackSampler):
         except Exception:
             return
         for pid in pids:
-            if pid not in self.interps:
-                self._try_add(pid)
+            if pid not in self.interps or (self.interps[pid] is None and self._native.get(pid) != _program(pid)):
+                self._try_add(pid)       # new, or it exec'd since (a launcher's fork that became python)
             elif self.interps[pid] is not None:
                 self._thread_states(self.interps[pid])
 
     def _try_add(self, pid: int) -> Interpreter | None:
         try:
             interp = Interpreter(pid)
+            self._native.pop(pid, None)
         except NotReadablePython:
             interp = None
+            self._native[pid] = _program(pid)
         self._add(pid, interp)
         return interp
 
@@ -359,6 +371,14 @@ class KernelStackSampler(StackSampler):
         self._prev[tid] = (ts, frames)
         if prev is not None and ts > prev[0]:
             self.stacks.add(pid, tid, prev[1], (ts - prev[0]) // 1000)
+
+
+def _program(pid: int) -> str:
+    """What a process runs now ("" once it is gone): an exec changes it."""
+    try:
+        return os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return ""
 
 
 def _unread(frame: str) -> bool:

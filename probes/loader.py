@@ -189,11 +189,13 @@ class ProbeSet(MapAccess):
         return self.t0_ns
 
     def _seed_order(self):
-        """The roots, each followed by its descendants (when following children)."""
+        """The roots, each followed by its descendants (when following children). The monitor
+        is never one: where it runs below a root (a launcher script that attaches to itself),
+        its own process, austin and anything else it started stay out of the counts."""
         for root in self.roots:
             yield root
             if self.children:
-                yield from descendants(root)
+                yield from descendants(root, prune=frozenset({os.getpid()}))
 
     def pids(self) -> list[int]:
         """The processes counted now: the roots and, with children, what the kernel added."""

@@ -289,8 +289,9 @@ def task_ids(pid: int) -> list[int]:
         return []
 
 
-def descendants(pid: int) -> list[int]:
-    """A process's children, their children and so on, parents first (empty if it is gone)."""
+def descendants(pid: int, prune: frozenset[int] = frozenset()) -> list[int]:
+    """A process's children, their children and so on, parents first (empty if it is gone);
+    the processes in ``prune`` and what they forked are left out."""
     out, todo = [], [pid]
     while todo:
         p = todo.pop(0)
@@ -301,7 +302,7 @@ def descendants(pid: int) -> list[int]:
                     kids += [int(k) for k in f.read().split()]
             except OSError:
                 pass
-        kids = [k for k in kids if k not in out]
+        kids = [k for k in kids if k not in out and k not in prune]
         out += kids
         todo += kids
     return out

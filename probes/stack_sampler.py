@@ -102,6 +102,7 @@ class StackSampler:
         self._cpu_last: float | None = None
         self._cpu_base = 0.0        # CPU of the austin processes this one replaced
         self.started_ns = 0
+        self._own = f"P{os.getpid()}"
 
     def kind(self, op_id: int) -> str:
         """The rule kind ("simulation" or "") of a sampled operation id."""
@@ -207,8 +208,8 @@ class StackSampler:
         """Apply one austin sample line: ``P<pid>;T<iid>:<tid>;<file:func:line>;... <metric>``."""
         stack = line.rsplit(" ", 1)[0]
         parts = stack.split(";")
-        if len(parts) < 3:
-            return
+        if len(parts) < 3 or parts[0] == self._own:
+            return                      # austin -C also follows the monitor, where it runs below the target
         try:
             tid = int(parts[1].rsplit(":", 1)[-1])
         except ValueError:

@@ -54,7 +54,10 @@ def test_target_the_sampler_cannot_read_keeps_the_categories(ebpf, spawn, monito
     s = load_summary(summary)
     notes = [n for n in s["notes"] if n.startswith("operations unavailable")]
     assert len(notes) == 1 and "\n" not in notes[0], s["notes"]
-    assert s["totals"]["python_s"] is not None and s["totals"]["off_cpu_s"] > 1.0
+    # counted, as native time: it never runs Python (its wait is not Python time)
+    assert s["totals"]["python_s"] == 0 and not s["processes"][0]["python"], (s["totals"], s["processes"])
+    row = next(th for th in s["threads"] if th["tid"] == t.pid)
+    assert row["category"] == "native" and row["off_cpu_s"] > 1.0, row
     assert set(s["operations"]) == {"<all>"}
 
 

@@ -65,6 +65,9 @@ class OperationSources:
         if not self.probes.tick_hz or self.probes.pystack_error:
             smp.error = self.probes.pystack_error or "no CPU-clock tick to sample on"
         elif smp.start():
+            if smp.root_error:
+                self.note("info", f"operations unavailable in PID {self.pid} itself ({smp.root_error}); "
+                                  "the Python processes it starts are sampled")
             return smp
         if self.sampler_kind == "kernel":
             self.note("warn", f"operations unavailable: the in-kernel stack sampler cannot read PID {self.pid}: "

@@ -14,6 +14,7 @@ import re
 import time
 from typing import Callable
 
+from ..probes.elf_symbols import defines
 from ..ring import records as R
 from ..ring.records import FOLD_PID
 from .target import command_line, is_alive
@@ -24,6 +25,7 @@ FOLLOW_NOTES = 8        # children named one by one in the notes
 KEEP_EXITED = 256       # exited processes kept as their own records; older ones fold into one
 FOLDED_PIDS = 65_536    # folded pids remembered, for a thread of theirs read late
 _PYTHON_EXE = re.compile(r"^python(\d+(\.\d+)?)?t?$")
+_INTERPRETER = frozenset(("Py_Initialize", "Py_InitializeEx"))
 
 
 class Processes:
@@ -107,7 +109,8 @@ class Processes:
         cmd = command_line(pid)
         if cmd:
             p["cmd"] = cmd
-        py = True if pid in self.roots else _runs_python(pid)
+        root = pid in self.roots
+        py = _runs_python(pid, linked_in=root)
         if py is None:                   # gone: what it ran when last read; never read: a fork runs its parent's program
             py = self.info.get(p["ppid"], {}).get("python", True) if first else p["python"]
         p["python"] = py
@@ -115,7 +118,11 @@ class Processes:
             self._child_note("follow", f"following PID {pid} ({_short(p['cmd'])}), child of {p['ppid']}",
                              f"following more children (PID {pid} and later): not noted one by one; "
                              "the summary's processes list has every one")
-        if not p["python"] and pid not in self._said and p["cmd"]:
+        if not p["python"] and pid not in self._said and p["cmd"] and root:
+            self._said.add(pid)          # a launcher (bash train.sh): its children are the job
+            self._note("info", f"PID {pid} ({_short(p['cmd'])}) does not run Python: its threads count as on/off-CPU "
+                               "native time only; the processes it started are followed")
+        elif not p["python"] and pid not in self._said and p["cmd"]:
             self._said.add(pid)
             self._child_note("native", f"PID {pid} ({_short(p['cmd'])}) does not run Python: its threads count as "
                                        "on/off-CPU native time only",
@@ -132,10 +139,11 @@ class Processes:
             self._note("info", rest)
 
     def main_python(self, pid: int, tid: int) -> bool:
-        """Whether a thread is a process's main Python thread (a root's main thread always is)."""
+        """Whether a thread is a process's main Python thread (a root's is, unless it was found
+        not to run Python: a launcher script, a native program)."""
         if tid != pid:
             return False
-        return pid in self.roots or self.info.get(pid, {}).get("python", False)
+        return self.info.get(pid, {}).get("python", pid in self.roots)
 
     def records(self, ops: dict | None = None) -> list[dict]:
         """The ``process`` records of every process counted so far, each with its operations'
@@ -162,16 +170,21 @@ def _ppid(pid: int) -> int:
         return 0
 
 
-def _runs_python(pid: int) -> bool | None:
-    """A CPython interpreter: its executable is pythonX[.Y], or it maps libpython. None when
-    that cannot be told: the process is gone, or a zombie (no executable, no maps)."""
+def _runs_python(pid: int, linked_in: bool = False) -> bool | None:
+    """A CPython interpreter: its executable is pythonX[.Y], or it maps libpython, or (with
+    ``linked_in``, for a root) its executable defines ``Py_Initialize`` (a program with the
+    interpreter linked in). None when that cannot be told: the process is gone, or a zombie
+    (no executable, no maps)."""
     try:
         if _PYTHON_EXE.match(os.path.basename(os.readlink(f"/proc/{pid}/exe"))):
             return True
         with open(f"/proc/{pid}/maps") as f:
-            return any("libpython" in line for line in f)
+            if any("libpython" in line for line in f):
+                return True
     except OSError:
         return None
+    # /proc/PID/exe opens the very file the process runs, whatever its path names now
+    return linked_in and bool(defines(f"/proc/{pid}/exe", _INTERPRETER))
 
 
 def _short(cmd: str, n: int = 60) -> str:

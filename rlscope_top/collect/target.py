@@ -41,7 +41,7 @@ def check_target(pid: int) -> psutil.Process:
         raise ThreadId(f"PID {pid} is a thread of process {owner} ({_name_of(owner)}), not a process",
                        pid=pid, hint=f"attach to the process: rlscope-top {owner}")
     if pid == os.getpid() or pid in _our_ancestors_below_init():
-        raise SelfAttach(f"PID {pid} is rlscope-top itself (or the shell that runs it)", pid=pid,
+        raise SelfAttach(f"PID {pid} is rlscope-top itself (or the sudo or timeout that runs it)", pid=pid,
                          hint="give the PID of the training process, not of the monitor")
     if status == psutil.STATUS_ZOMBIE:
         raise ZombieProcess(f"PID {pid} ({_name(proc)}) is a zombie: it has exited", pid=pid,
