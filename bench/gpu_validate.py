@@ -169,7 +169,10 @@ def speed_ppo(tmp: str, steps: int) -> dict:
             if mode == "run":
                 sm = summary_of(s)
                 out[mode].update(kernels=sm["gpu"]["kernels"], mode=sm["gpu"]["mode"],
-                                 self_report_pct=sm["overhead"]["estimated_pct"], complete=sm["gpu"]["complete"])
+                                 self_report_pct=sm["overhead"]["estimated_pct"], complete=sm["gpu"]["complete"],
+                                 # where a self-report too high comes from (17.9% said, 7.2% measured, stop 43)
+                                 wall_s=sm.get("duration_s"), overhead=gpu_facts(sm)["overhead"],
+                                 budget=sm.get("budget"), end_reason=sm.get("end_reason"))
         except (subprocess.TimeoutExpired, IndexError) as e:
             out[mode] = {"error": f"{type(e).__name__}: did not finish in {cap:.0f} s"}
     if "learn_s" in out.get("plain", {}):
