@@ -131,6 +131,14 @@ struct iprange {
 };
 BPF_ARRAY(ranges, struct iprange, NRANGES);
 BPF_ARRAY(nranges, u32, 1);
+// A process whose layout is not the first root's (a spawned or exec'd worker, another --pid, a
+// launcher's python child) has its own ranges: the libraries sit elsewhere in it.
+struct rangeset {
+    u32 n;
+    u32 pad;
+    struct iprange r[NRANGES];
+};
+BPF_HASH(pranges, u32, struct rangeset, 1024);
 BPF_HASH(threads, u32, struct tstate, 32768);
 BPF_PERCPU_ARRAY(blank, struct tstate, 1);
 BPF_PERCPU_ARRAY(hits, u64, NPROBES);
@@ -640,11 +648,26 @@ int pys_switch(void *ctx) {
 
 // Which probed library (if any) a user-space IP is in: how threads the probes do not bracket
 // (a torch intra-op pool, a simulator's worker threads) spend their time.
-static __always_inline u32 ip_where(u64 ip) {
+static __always_inline u32 ip_where(u64 ip, u32 tgid) {
+    u32 where = TICK_OTHER;
+    struct rangeset *rs = pranges.lookup(&tgid);
+    if (rs) {
+        u32 own = rs->n;
+        #pragma clang loop unroll(disable)
+        for (int i = 0; i < NRANGES; i++) {
+            if (i >= own)
+                break;
+            struct iprange *r = &rs->r[i];
+            if (ip >= r->start && ip < r->end) {
+                where = r->cat & 3;
+                break;
+            }
+        }
+        return where;
+    }
     int zero = 0;
     u32 *n = nranges.lookup(&zero);
     u32 lim = n ? *n : 0;
-    u32 where = TICK_OTHER;
     #pragma clang loop unroll(disable)
     for (int i = 0; i < NRANGES; i++) {
         if (i >= lim)
@@ -719,7 +742,7 @@ static __always_inline int trap_tick(u32 tid, u64 ip, int kernel) {
 }
 
 // Where a tick found the thread (TICK_*).
-static __always_inline u32 tick_where(struct bpf_perf_event_data *ctx, u32 tid) {
+static __always_inline u32 tick_where(struct bpf_perf_event_data *ctx, u32 tid, u32 tgid) {
     if ((ctx->regs.cs & 3) != 3) {
         u64 ip = 0;                      // the user IP the kernel entry saved
         if (bpf_get_stack(ctx, &ip, sizeof(ip), BPF_F_USER_STACK) <= 0 || !ip)
@@ -729,7 +752,7 @@ static __always_inline u32 tick_where(struct bpf_perf_event_data *ctx, u32 tid) 
     u64 ip = PT_REGS_IP(&ctx->regs);
     if (trap_tick(tid, ip, 0))
         return TICK_TRAP;                // an instruction stepped out of line
-    return ip_where(ip);
+    return ip_where(ip, tgid);
 }
 
 // Call sites: where the ticks at each instruction of a Python thread found its IP. A C call
@@ -814,7 +837,7 @@ int on_tick(struct bpf_perf_event_data *ctx) {
     struct tstate *s = threads.lookup(&tid);
     if (!s || s->exited || !targets.lookup(&s->tgid))
         return 0;
-    u32 where = site_where(s, tid, tick_where(ctx, tid));
+    u32 where = site_where(s, tid, tick_where(ctx, tid, s->tgid));
     s->ticks[where]++;
     if (op_cfg() & 3) {
         ann_sync(s, now);

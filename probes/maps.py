@@ -135,17 +135,18 @@ class MapAccess:
                 switches=s.switches, preempt_ns=s.preempt_ns, op_now=_cur_op(s)))
         return out
 
-    def category_ranges(self) -> list[tuple[int, int, int]]:
-        """Executable mappings that belong to a probed category: each attached library and the
-        libraries beside it (torch/lib/*.so, nvidia/*/lib/*.so), and simulator engines without
-        probes (catalog.SIM_ENGINE_LIB), so that a thread the probes do not bracket (an intra-op
-        pool, a simulator worker) is still seen to run there."""
+    def category_ranges(self, pid: int | None = None) -> list[tuple[int, int, int]]:
+        """Executable mappings of ``pid`` (default: the first root) that belong to a probed
+        category: each attached library and the libraries beside it (torch/lib/*.so,
+        nvidia/*/lib/*.so), and simulator engines without probes (catalog.SIM_ENGINE_LIB), so
+        that a thread the probes do not bracket (an intra-op pool, a simulator worker) is still
+        seen to run there."""
         dirs: dict[str, int] = {}
         for a in self.attached:
             dirs.setdefault(os.path.dirname(a.path), a.spec.category)
         exact = {a.path: a.spec.category for a in self.attached}
         out = []
-        for start, end, path in exec_ranges(self.pid):
+        for start, end, path in exec_ranges(self.pid if pid is None else pid):
             cat = exact.get(path, dirs.get(os.path.dirname(path)))
             if cat is None and catalog.SIM_ENGINE_LIB.search(path):
                 cat = catalog.CAT_SIM
@@ -162,6 +163,40 @@ class MapAccess:
         for i, (a, b, cat) in enumerate(ranges[:NRANGES]):
             table[ct.c_int(i)] = table.Leaf(a, b, cat, 0)
         self.bpf["nranges"][ct.c_int(0)] = ct.c_uint(min(len(ranges), NRANGES))
+
+    def set_process_ranges(self) -> None:
+        """Give each counted process whose layout is not the first root's its own ranges (a
+        forked worker shares its parent's addresses; a spawned or exec'd one, another --pid or
+        a launcher's python child has its libraries elsewhere, and its ticks there read as
+        Python). Reads the maps the scan has just read."""
+        want = {}
+        for pid in self.pids():
+            if pid != self.pid:
+                mine = self.category_ranges(pid)
+                if mine != self._ranges_set:
+                    want[pid] = mine
+        table = self.bpf["pranges"]
+        for pid, mine in want.items():
+            if self._pranges.get(pid) == mine:
+                continue
+            leaf = table.Leaf()
+            leaf.n = min(len(mine), NRANGES)
+            for i, (a, b, cat) in enumerate(mine[:NRANGES]):
+                leaf.r[i].start, leaf.r[i].end, leaf.r[i].cat = a, b, cat
+            try:
+                table[ct.c_uint(pid)] = leaf
+            except Exception:            # full (1,024): this one keeps the root's ranges
+                continue
+            self._pranges[pid] = mine
+        self._forget_ranges([pid for pid in self._pranges if pid not in want])
+
+    def _forget_ranges(self, pids: list[int]) -> None:
+        for pid in pids:
+            self._pranges.pop(pid, None)
+            try:
+                del self.bpf["pranges"][ct.c_uint(pid)]
+            except Exception:            # KeyError, or the program is gone
+                pass
 
     def set_xol(self) -> None:
         """Tell the tick where the target's uprobes page is. It appears at the first trap that
@@ -241,6 +276,7 @@ class MapAccess:
                 del self.bpf["targets"][ct.c_uint(pid)]
             except (KeyError, Exception):
                 pass
+        self._forget_ranges([pid for pid in pids if pid in self._pranges])
 
     def forget(self, tid: int) -> None:
         """Drop the state of an exited thread once it has been read: its counters and its

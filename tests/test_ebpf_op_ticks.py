@@ -14,9 +14,11 @@ think() never calls torch, so its Backend share is 0.
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
-from support import load_summary
+from support import TARGETS, load_summary
 
 pytestmark = pytest.mark.ebpf
 
@@ -60,3 +62,20 @@ def test_exact_mode_splits_fast_operations_by_their_own_ticks(ebpf, target, moni
     rows = [o for n, o in ops.items() if n != "<all>"]
     assert sum(o["backend_s"] for o in rows) == pytest.approx(tot["backend_s"], abs=0.002)   # totals kept
     assert sum(o["calls"]["backend"] for o in rows) == tot["calls"]["backend"]
+
+
+def test_a_child_with_its_own_layout_places_its_ticks(ebpf, spawn, monitor):
+    """The tick's library ranges were the first root's only: a process with another layout (a
+    launcher's python child here; a spawned worker, another --pid) had its torch ticks read as
+    Python, no tick placed by call site, and every operation the same mix (think() 47%
+    Backend). Each such process now has its own ranges (probes/bpf_program.c pranges)."""
+    sh = spawn(["bash", "-c", f"{sys.executable} fast_ops.py; echo done"], cwd=str(TARGETS))   # no exec
+    sh.wait_line("ready", timeout=120)
+    m, summary = monitor(sh.pid, "--op", "think=think", "--op", "infer=infer", "--duration", "8", "--headless")
+    assert m.finish(timeout=120) == 0, m.stderr_text
+    s = load_summary(summary)
+    smp = s["sampler"]
+    assert smp["tool"] == "kernel" and smp["site_ticks"] > 0, smp
+    think, infer = s["operations"]["think"]["shares"], s["operations"]["infer"]["shares"]
+    assert think["backend"] <= 0.05, (think, infer)
+    assert infer["backend"] >= 0.4, (think, infer)

@@ -108,6 +108,7 @@ class Collector(OperationSources, BudgetLoop, RecordBuilder):
         self.mark_attach_step("attach_s")
         self._last_scan = self._last_meta = time.monotonic()
         self.probes.set_ranges(self.probes.category_ranges())
+        self.probes.set_process_ranges()
         self.processes.refresh(self.probes.pids())     # the counters' processes, for the first steps
         self.ring.write(self._meta())
         self._first_window()                 # the traps run from attach: price them before anything else
@@ -192,6 +193,7 @@ class Collector(OperationSources, BudgetLoop, RecordBuilder):
             self.ring.write(self._meta())
             self._last_meta = now
         self.probes.set_ranges(self.probes.category_ranges())     # a library that maps no probe counts too
+        self.probes.set_process_ranges()
         self.probes.set_xol()
 
     def _write_counters(self, ctr: dict, sources: bool = True) -> None:
