@@ -121,7 +121,7 @@ class Processes:
         if not p["python"] and pid not in self._said and p["cmd"] and root:
             self._said.add(pid)          # a launcher (bash train.sh): its children are the job
             self._note("info", f"PID {pid} ({_short(p['cmd'])}) does not run Python: its threads count as on/off-CPU "
-                               "native time only; the processes it started are followed")
+                               "native time only (a launcher's Python processes are followed, unless --no-children)")
         elif not p["python"] and pid not in self._said and p["cmd"]:
             self._said.add(pid)
             self._child_note("native", f"PID {pid} ({_short(p['cmd'])}) does not run Python: its threads count as "
