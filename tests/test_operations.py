@@ -3,6 +3,7 @@ and the region the monitor reads (the kernel's side is in test_ebpf_operations.p
 
 from __future__ import annotations
 
+import copy
 import os
 import struct
 import subprocess
@@ -57,6 +58,36 @@ def test_python_inside_a_simulation_operation_counts_as_simulation():
     assert env["samples"] == 50 and env["inclusive_share"] == pytest.approx(env["share"], abs=1e-6)
 
 
+def _without_simulator_probes(records: list[dict]) -> list[dict]:
+    """ops_stream() as a program with no simulator library: no simulator time, calls or
+    transitions in its counters; its `env` operation's time is Python only."""
+    out = []
+    for r in records:
+        r = copy.deepcopy(r)
+        if r["t"] == "meta":
+            r["groups"].pop("mujoco", None)
+        for th in r.get("threads", []) + r.get("ops", []):
+            th["ns"][2] = [0, 0]
+            th["calls"][2] = 0
+            th["trans"][0][2] = 0
+        out.append(r)
+    return out
+
+
+def test_simulation_time_from_operations_has_no_call_count():
+    """With no simulator probe, the Simulator figure is the Python time of simulation
+    operations: it read `0.88 s ... 0 calls` (tianshou); its calls are not known: n/a."""
+    acct = Accounting()
+    acct.feed(_without_simulator_probes(ops_stream()))
+    s = S.build(acct)
+    assert s["sources"]["simulator_s"] == "operations", s["sources"]
+    assert s["totals"]["simulator_s"] == pytest.approx(0.1), s["totals"]
+    env = s["operations"]["env"]
+    for row in (s, env, s["operations"]["<all>"]):
+        assert row["calls"]["simulator"] is None and row["transitions"]["python->simulator"] is None, row
+    assert s["calls"]["backend"] == 1009          # what was counted stays counted
+
+
 def test_no_operations_leaves_only_all():
     from streams import stream
     acct = Accounting()
@@ -78,6 +109,18 @@ def test_rules_innermost_frame_wins_and_qualnames_match():
     assert m.match(frames[:2])[0] == "collect_rollouts"
     assert m.match(["/w/x.py:main"]) == (None, set())
     assert m.kinds["simulation"] == "simulation" and m.kinds["train"] == ""
+
+
+def test_importing_jax_is_not_jit():
+    """The jax_jit rule matched pjit.py's and dispatch.py's module code: a torch program whose
+    imports pulled in jax (tianshou) showed a jax_jit operation, 8% early on, for the import."""
+    m = Matcher(BUILTIN)
+    pjit = "/v/site-packages/jax/_src/pjit.py"
+    importing = ["/w/train.py:<module>", "<frozen importlib._bootstrap>:_find_and_load", f"{pjit}:<module>",
+                 "<frozen importlib._bootstrap>:_find_and_load", "/v/site-packages/jax/_src/dispatch.py:<module>"]
+    assert m.match(importing) == (None, set())
+    assert m.match(["/w/train.py:update", f"{pjit}:cache_miss"])[0] == "jax_jit"
+    assert m.match(["/w/train.py:update", "/v/site-packages/jax/_src/dispatch.py:apply_primitive"])[0] == "jax_jit"
 
 
 def test_user_rules_win_over_builtin_ones_at_the_same_frame():

@@ -230,6 +230,17 @@ def _estimates(acct: Accounting, totals: dict) -> dict:
     return out
 
 
+def _sampled_simulator(doc: dict) -> None:
+    """Simulator time that is only the Python time of simulation operations (no simulator
+    probe) has no count of calls into it: n/a, not 0 calls beside its seconds."""
+    rows = [doc, *doc["operations"].values(), *doc.get("processes", [])]
+    for r in rows:
+        if isinstance(r.get("calls"), dict) and not r["calls"].get("simulator"):
+            r["calls"]["simulator"] = NA
+        if isinstance(r.get("transitions"), dict) and not r["transitions"].get("python->simulator"):
+            r["transitions"]["python->simulator"] = NA
+
+
 def _hide_unknown(doc: dict) -> None:
     """A category still estimating reads n/a, and so does Python, whose time it would take."""
     for cat, e in doc["estimates"].items():
@@ -303,6 +314,7 @@ def figures(acct: Accounting, gpu: GpuView | None = None) -> dict:
     }
     if "simulation_split" in main and doc["sources"]["simulator_s"] == "unavailable":
         doc["sources"]["simulator_s"] = "operations"     # Python time in simulation operations, no probes
+        _sampled_simulator(doc)
     place_gpu(doc, gpu, acct.python_busy() if gpu.raw is not None else None)   # gpu_s, overlap_s, `gpu`
     _hide_unknown(doc)
     return doc
