@@ -149,6 +149,8 @@ def test_a_launcher_script_counts_as_native_and_its_python_child_is_sampled(ebpf
     s, want = load_summary(summary), json.loads(truth.read_text())
     root = _by_pid(s)[sh.pid]
     assert not root["python"] and not root["totals"].get("python_s"), root
+    worker = [p for p in s["processes"] if p["python"]]
+    assert root["role"] == "launcher" and [p["role"] for p in worker] == ["main"], [(p["pid"], p["command"], p["role"], p["exited"]) for p in s["processes"]]
     assert all(not th["python_thread"] for th in s["threads"] if th["pid"] == sh.pid), s["threads"]
     assert s["sampler"]["tool"] == "kernel", s["sampler"]
     assert s["sampler"]["cpu_pct_of_one_core"] < 5, s["sampler"]

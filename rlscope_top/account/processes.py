@@ -6,6 +6,7 @@ from ..ring.records import SHARED
 from ..vocab import CATEGORIES
 
 ROLE_MAIN = "main"
+ROLE_LAUNCHER = "launcher"          # the attached PID, when it runs no Python (a shell, tini)
 DATA_LOADING = "data_loading"       # the sampled operation of torch's DataLoader workers (op_rules)
 
 
@@ -51,7 +52,7 @@ def move_simulation_python(totals: dict, ops: dict[str, dict]) -> tuple[float, f
 
 
 def guess_role(proc: dict, main_pid: int | None, calls: dict, simulation_s: float = 0.0,
-               ops_s: dict[str, float] | None = None, parent_cmd: str = "") -> str:
+               ops_s: dict[str, float] | None = None, parent_cmd: str = "", under_launcher: bool = False) -> str:
     """What a process is to the job, from what the monitor can see of it.
 
     A worker forked by multiprocessing's forkserver keeps the forkserver's command line: what
@@ -64,12 +65,16 @@ def guess_role(proc: dict, main_pid: int | None, calls: dict, simulation_s: floa
         simulation_s: its time in simulation operations (sampled stacks: gymnasium's step...).
         ops_s: its seconds per operation (a DataLoader worker's loop is ``data_loading``).
         parent_cmd: its parent's command line ("" when the parent is not the job's).
+        under_launcher: its parent is the attached PID and does not run Python (`bash
+            train.sh`): a Python process it started is the job's main one.
     """
     ops_s = ops_s or {}
     if proc.get("role"):
         return proc["role"]
     cmd = proc.get("cmd") or ""
     if proc["pid"] == main_pid:
+        return ROLE_MAIN if proc.get("python", True) else ROLE_LAUNCHER
+    if under_launcher and proc.get("python", True):
         return ROLE_MAIN
     if ops_s.get(DATA_LOADING):
         return "dataloader"

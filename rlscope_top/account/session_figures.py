@@ -179,6 +179,7 @@ def _processes(acct: Accounting, all_threads: list[dict], wall_s: float) -> list
     procs = acct.procs or ([{"pid": main_pid, "ppid": 0, "cmd": acct.meta.get("cmd", ""), "python": True,
                              "exited": False, "role": None}] if main_pid else [])
     cmd_of = {p["pid"]: p["cmd"] for p in procs}
+    launcher = {p["pid"] for p in procs if p["pid"] == main_pid and not p["python"]}
     out = []
     for p in procs:
         mine = P.threads_of(all_threads, p["pid"], main_pid)
@@ -191,7 +192,7 @@ def _processes(acct: Accounting, all_threads: list[dict], wall_s: float) -> list
         op_s = {n: _s(sum(sum(x) for x in o["ns"].values()) * 1e9) for n, o in ops.items()}
         out.append({"pid": p["pid"], "ppid": p["ppid"], "command": p["cmd"],
                     "role": P.guess_role(p, main_pid, f["calls"], moved[0] + moved[1], op_s,
-                                         cmd_of.get(p["ppid"], "")),
+                                         cmd_of.get(p["ppid"], ""), p["ppid"] in launcher),
                     "role_source": "user" if p.get("role") else "guessed",
                     "python": p["python"], "exited": p["exited"], "threads": len(mine), "totals": totals,
                     "waiting_s": None if waiting is None else _s(max(0.0, waiting - moved[1]) * 1e9),

@@ -111,8 +111,10 @@ class Processes:
             p["cmd"] = cmd
         root = pid in self.roots
         py = _runs_python(pid, linked_in=root)
-        if py is None:                   # gone: what it ran when last read; never read: a fork runs its parent's program
-            py = self.info.get(p["ppid"], {}).get("python", True) if first else p["python"]
+        if py is None:                   # gone: what it ran when last read; never read: a fork runs its parent's
+            # program, or (its parent unknown too) a launcher's children are mostly not Python (sleep, touch)
+            like = self.info.get(p["ppid"]) or self.info.get(self.roots[0] if self.roots else -1) or {}
+            py = like.get("python", True) if first else p["python"]
         p["python"] = py
         if first and pid not in self.roots and p["cmd"]:
             self._child_note("follow", f"following PID {pid} ({_short(p['cmd'])}), child of {p['ppid']}",
