@@ -173,3 +173,13 @@ def test_a_torch_brackets_cost_beyond_the_c_loops_lands_inside(torch_total, insi
     got = _torch_split({"outside": torch_total[0], "inside": torch_total[1], "kernel_share": 0.8}, c_bracket)
     assert got["inside"] == inside and got["outside"] + got["inside"] == sum(torch_total)
     assert got["kernel_share"] == 0.8
+
+
+@pytest.mark.parametrize("diffs, price, floored", [
+    ([30e6, 36e6, 33e6], 3300.0, False),              # 10,000 passes: 3.3 us each, above the floor
+    ([-4e6, 2e6, -1e6], 1300.0, True),                # the loops' difference inside their noise (CI read 0 ns)
+])
+def test_the_backward_counters_price_is_never_below_a_lone_c_probe(diffs, price, floored):
+    from rlscope_top.commands.calibrate import count_price
+
+    assert count_price(diffs, 10_000, 1300) == (pytest.approx(price), floored)

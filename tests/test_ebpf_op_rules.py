@@ -144,3 +144,13 @@ def test_time_blocked_in_an_operation_is_that_operation(ebpf, target, monitor, t
     bound = {"kernel": 0.04, "austin": 0.05}[sampler]
     for n in got:
         assert abs(got[n] - want[n]) <= bound, (n, got, want, s["sampler"])
+
+
+def test_austin_on_a_launcher_points_at_the_kernel_sampler(ebpf, spawn, monitor, tmp_path):
+    """`--sampler austin` cannot read a launcher (`bash train.sh`); the in-kernel sampler reads
+    the Python processes it starts, and the note says so."""
+    sh = spawn(["bash", "-c", "sleep 60; echo done"])            # two commands: bash stays bash
+    m, summary = monitor(sh.pid, "--duration", "2", "--sampler", "austin")
+    assert m.finish(timeout=60) == 0, m.stderr_text
+    notes = [n for n in load_summary(summary)["notes"] if n.startswith("operations unavailable")]
+    assert len(notes) == 1 and "--sampler auto" in notes[0] and "\n" not in notes[0], notes

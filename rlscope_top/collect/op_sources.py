@@ -100,8 +100,11 @@ class OperationSources:
             return
         self._sampler_reported = True
         if smp.error and is_alive(self.pid):
+            launcher = smp.tool == "austin" and not self.processes.known.get(self.pid, {}).get("python", True)
+            hint = (f" PID {self.pid} runs no Python: --sampler auto reads the Python processes it starts."
+                    if launcher else "")
             self.note("warn", f"operations unavailable: {smp.tool} cannot sample PID {self.pid}: {smp.error} "
-                               "The category breakdown is unaffected.")
+                               f"The category breakdown is unaffected.{hint}")
 
     def _has_children(self) -> bool:
         """The tree is followed and has processes besides its roots."""
