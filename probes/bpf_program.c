@@ -122,22 +122,21 @@ BPF_ARRAY(follow, u32, 1);
 #define CLONE_THREAD 0x00010000
 #endif
 
-// Executable mappings of the probed libraries (loader.set_ranges): [start, end) -> category.
+// Executable mappings of the probed libraries (maps.set_ranges): [start, end) -> category.
 struct iprange {
     u64 start;
     u64 end;
     u32 cat;
     u32 pad;
 };
-BPF_ARRAY(ranges, struct iprange, NRANGES);
-BPF_ARRAY(nranges, u32, 1);
-// A process whose layout is not the first root's (a spawned or exec'd worker, another --pid, a
-// launcher's python child) has its own ranges: the libraries sit elsewhere in it.
 struct rangeset {
     u32 n;
     u32 pad;
     struct iprange r[NRANGES];
 };
+BPF_ARRAY(ranges, struct rangeset, 1);      // the first root's
+// A process whose layout is not the first root's (a spawned or exec'd worker, another --pid, a
+// launcher's python child) has its own ranges: the libraries sit elsewhere in it.
 BPF_HASH(pranges, u32, struct rangeset, 1024);
 BPF_HASH(threads, u32, struct tstate, 32768);
 BPF_PERCPU_ARRAY(blank, struct tstate, 1);
@@ -649,37 +648,22 @@ int pys_switch(void *ctx) {
 // Which probed library (if any) a user-space IP is in: how threads the probes do not bracket
 // (a torch intra-op pool, a simulator's worker threads) spend their time.
 static __always_inline u32 ip_where(u64 ip, u32 tgid) {
-    u32 where = TICK_OTHER;
-    struct rangeset *rs = pranges.lookup(&tgid);
-    if (rs) {
-        u32 own = rs->n;
-        #pragma clang loop unroll(disable)
-        for (int i = 0; i < NRANGES; i++) {
-            if (i >= own)
-                break;
-            struct iprange *r = &rs->r[i];
-            if (ip >= r->start && ip < r->end) {
-                where = r->cat & 3;
-                break;
-            }
-        }
-        return where;
-    }
     int zero = 0;
-    u32 *n = nranges.lookup(&zero);
-    u32 lim = n ? *n : 0;
+    struct rangeset *rs = pranges.lookup(&tgid);
+    if (!rs)
+        rs = ranges.lookup(&zero);
+    if (!rs)
+        return TICK_OTHER;
+    u32 lim = rs->n;
     #pragma clang loop unroll(disable)
     for (int i = 0; i < NRANGES; i++) {
         if (i >= lim)
             break;
-        int k = i;
-        struct iprange *r = ranges.lookup(&k);
-        if (r && ip >= r->start && ip < r->end) {
-            where = r->cat & 3;
-            break;
-        }
+        struct iprange *r = &rs->r[i];
+        if (ip >= r->start && ip < r->end)
+            return r->cat & 3;
     }
-    return where;
+    return TICK_OTHER;
 }
 
 // 0: not in the uprobes page; 1: in its first slot, the return trampoline (a uretprobe's trap

@@ -160,9 +160,7 @@ class MapAccess:
             return
         self._ranges_set = ranges
         table = self.bpf["ranges"]
-        for i, (a, b, cat) in enumerate(ranges[:NRANGES]):
-            table[ct.c_int(i)] = table.Leaf(a, b, cat, 0)
-        self.bpf["nranges"][ct.c_int(0)] = ct.c_uint(min(len(ranges), NRANGES))
+        table[ct.c_int(0)] = _rangeset(table, ranges)
 
     def set_process_ranges(self) -> None:
         """Give each counted process whose layout is not the first root's its own ranges (a
@@ -179,12 +177,8 @@ class MapAccess:
         for pid, mine in want.items():
             if self._pranges.get(pid) == mine:
                 continue
-            leaf = table.Leaf()
-            leaf.n = min(len(mine), NRANGES)
-            for i, (a, b, cat) in enumerate(mine[:NRANGES]):
-                leaf.r[i].start, leaf.r[i].end, leaf.r[i].cat = a, b, cat
             try:
-                table[ct.c_uint(pid)] = leaf
+                table[ct.c_uint(pid)] = _rangeset(table, mine)
             except Exception:            # full (1,024): this one keeps the root's ranges
                 continue
             self._pranges[pid] = mine
@@ -316,6 +310,15 @@ def _fw_counters(f) -> dict:
     n = len(fw.SLOTS)
     return {"ns": [[f.ns[2 * k], f.ns[2 * k + 1]] for k in range(n)], "calls": [f.calls[k] for k in range(n)],
             "trans": [f.trans[k] for k in range(n)], "oh": [f.oh[k] for k in range(n)], "cur": f.cur}
+
+
+def _rangeset(table, ranges: list[tuple[int, int, int]]):
+    """A ``struct rangeset`` leaf of ``table`` holding (start, end, category) ranges."""
+    leaf = table.Leaf()
+    leaf.n = min(len(ranges), NRANGES)
+    for i, (a, b, cat) in enumerate(ranges[:NRANGES]):
+        leaf.r[i].start, leaf.r[i].end, leaf.r[i].cat = a, b, cat
+    return leaf
 
 
 def task_ids(pid: int) -> list[int]:

@@ -120,16 +120,14 @@ class Processes:
             self._child_note("follow", f"following PID {pid} ({_short(p['cmd'])}), child of {p['ppid']}",
                              f"following more children (PID {pid} and later): not noted one by one; "
                              "the summary's processes list has every one")
-        if not p["python"] and pid not in self._said and p["cmd"] and root:
-            self._said.add(pid)          # a launcher (bash train.sh): its children are the job
-            self._note("info", f"PID {pid} ({_short(p['cmd'])}) does not run Python: its threads count as on/off-CPU "
-                               "native time only (a launcher's Python processes are followed, unless --no-children)")
-        elif not p["python"] and pid not in self._said and p["cmd"]:
+        if not p["python"] and pid not in self._said and p["cmd"]:
             self._said.add(pid)
-            self._child_note("native", f"PID {pid} ({_short(p['cmd'])}) does not run Python: its threads count as "
-                                       "on/off-CPU native time only",
-                             f"more children that do not run Python (PID {pid} and later): not noted one by "
-                             "one; their threads count as on/off-CPU native time only")
+            one = f"PID {pid} ({_short(p['cmd'])}) does not run Python: its threads count as on/off-CPU native time only"
+            if root:                     # a launcher (bash train.sh): its children are the job
+                self._note("info", f"{one} (a launcher's Python processes are followed, unless --no-children)")
+            else:
+                self._child_note("native", one, f"more children that do not run Python (PID {pid} and later): not "
+                                                "noted one by one; their threads count as on/off-CPU native time only")
 
     def _child_note(self, kind: str, one: str, rest: str) -> None:
         """A note per child for the first FOLLOW_NOTES of a kind, then one that says the rest are

@@ -280,7 +280,7 @@ def run(say=print) -> dict:
             kinds = {k: _measure_mode(t, k, say) for k in MODES}
             if _has_torch():
                 kinds["bracket_torch"] = _torch_split(_measure_mode(t, "bracket_torch", say), kinds["bracket"])
-                lone = (kinds["bracket"]["outside"] + kinds["bracket"]["inside"]) / 2   # Calibration.cost's
+                lone = calibration.Calibration(kinds, True, "").hit_ns("count", True)   # the C loop's lone probe
                 kinds["count_torch"] = _measure_count_torch(t, say, lone)
             kinds["sched_switch"] = _measure_sched(t, say)
         finally:
