@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from rlscope_top.account.accounting import Accounting
-from rlscope_top.account.processes import guess_role, waits_for
+from rlscope_top.account.processes import guess_role, launchers, waits_for
 from rlscope_top.report import summary as S
 from rlscope_top.ring.ring import RingReader
 from rlscope_top.tui.app import RlscopeApp
@@ -67,6 +67,20 @@ def test_role_guesses_from_operations_and_parent():
     assert guess_role(proc, 1, {}, parent_cmd=FS) == "worker"      # an idle child of the forkserver
     assert guess_role(proc, 1, {"backend": 101}, ops_s={"data_loading": 0.5}) == "dataloader"
     assert guess_role({**proc, "role": "actor"}, 1, {}, ops_s={"data_loading": 0.5}) == "actor"
+
+
+def test_a_chain_of_launchers_leads_to_the_main_process():
+    """`bash run.sh` -> `timeout 3600 python train.py`: every native process on the way down from
+    the attached PID is a launcher, so the python is `main` (it read `worker` behind the second
+    wrapper); a native process off that path, or below a Python one, is not."""
+    procs = [{"pid": 1, "ppid": 0, "python": False}, {"pid": 2, "ppid": 1, "python": False},
+             {"pid": 3, "ppid": 2, "python": True}, {"pid": 4, "ppid": 3, "python": False},
+             {"pid": 5, "ppid": 3, "python": True}]
+    assert launchers(procs, 1) == {1, 2}
+    assert launchers(procs, 3) == set()                      # a Python root: no launcher
+    main = {"pid": 3, "cmd": "python train.py", "python": True, "role": None}
+    assert guess_role(main, 1, {}, under_launcher=True) == "main"
+    assert guess_role({"pid": 1, "cmd": "bash run.sh", "python": False, "role": None}, 1, {}) == "launcher"
 
 
 def test_waits_for_names_the_peer_and_apportions_waiting():

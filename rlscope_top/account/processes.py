@@ -51,6 +51,25 @@ def move_simulation_python(totals: dict, ops: dict[str, dict]) -> tuple[float, f
     return on, off
 
 
+def launchers(procs: list[dict], main_pid: int | None) -> set[int]:
+    """The attached PID when it runs no Python, and the native processes below it that lead to
+    the job (`bash run.sh` -> `timeout 3600 python train.py`): a Python process started by one
+    of them is the job's main one.
+
+    Args:
+        procs: the process records (``pid``, ``ppid``, ``python``).
+        main_pid: the PID rlscope-top was attached to.
+    """
+    native = {p["pid"]: p["ppid"] for p in procs if not p.get("python", True)}
+    out = {main_pid} if main_pid in native else set()
+    grew = bool(out)
+    while grew:                          # parents first or not: until no more join
+        more = {pid for pid, ppid in native.items() if ppid in out and pid not in out}
+        out |= more
+        grew = bool(more)
+    return out
+
+
 def guess_role(proc: dict, main_pid: int | None, calls: dict, simulation_s: float = 0.0,
                ops_s: dict[str, float] | None = None, parent_cmd: str = "", under_launcher: bool = False) -> str:
     """What a process is to the job, from what the monitor can see of it.
@@ -65,8 +84,8 @@ def guess_role(proc: dict, main_pid: int | None, calls: dict, simulation_s: floa
         simulation_s: its time in simulation operations (sampled stacks: gymnasium's step...).
         ops_s: its seconds per operation (a DataLoader worker's loop is ``data_loading``).
         parent_cmd: its parent's command line ("" when the parent is not the job's).
-        under_launcher: its parent is the attached PID and does not run Python (`bash
-            train.sh`): a Python process it started is the job's main one.
+        under_launcher: its parent is one of ``launchers``: a Python process it started is the
+            job's main one.
     """
     ops_s = ops_s or {}
     if proc.get("role"):

@@ -179,7 +179,7 @@ def _processes(acct: Accounting, all_threads: list[dict], wall_s: float) -> list
     procs = acct.procs or ([{"pid": main_pid, "ppid": 0, "cmd": acct.meta.get("cmd", ""), "python": True,
                              "exited": False, "role": None}] if main_pid else [])
     cmd_of = {p["pid"]: p["cmd"] for p in procs}
-    launcher = {p["pid"] for p in procs if p["pid"] == main_pid and not p["python"]}
+    launcher = P.launchers(procs, main_pid)
     out = []
     for p in procs:
         mine = P.threads_of(all_threads, p["pid"], main_pid)
