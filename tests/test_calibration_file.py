@@ -163,10 +163,11 @@ def test_calibrate_replaces_a_fifo_or_symlink_without_reading_it(tmp_path, monke
 
 
 @pytest.mark.parametrize("torch_total, inside", [
-    ((1152, 956), 859 + (2108 - 1895)),   # dearer than the C loop: the excess (the callee's cold caches) inside
-    ((900, 600), round(1500 * 859 / 1895)),   # cheaper: the C bracket's proportions
+    ((1152, 956), round(2108 * 859 / 1895)),   # dearer than the C loop: still its proportions
+    ((900, 600), round(1500 * 859 / 1895)),    # cheaper: the same
+    ((900, 0), round(900 * 859 / 1895)),       # a measured split is not used: the loop cannot time its inside
 ])
-def test_a_torch_brackets_cost_beyond_the_c_loops_lands_inside(torch_total, inside):
+def test_a_torch_brackets_cost_is_split_as_the_c_brackets(torch_total, inside):
     from rlscope_top.commands.calibrate import _torch_split
 
     c_bracket = {"outside": 1036, "inside": 859}
