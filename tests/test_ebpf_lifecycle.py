@@ -143,3 +143,18 @@ def test_sigint_at_any_moment_leaves_nothing_behind(ebpf, target, spawn, tmp_pat
         assert f"_{t.pid}" not in f.read()              # no perf uprobe left for the target
     assert not os.path.exists(f"/proc/{m.pid}/fd")      # its links and BPF programs went with it
     assert t.p.poll() is None
+
+
+def test_a_second_session_on_the_same_target_is_named_by_both(ebpf, target, monitor, tmp_path):
+    """Two sessions on one target: each one's probes trap in it and the other does not take
+    their cost off, so each says so (stderr and the summary's notes), naming the other."""
+    t = target("idle.py")
+    first, first_summary = monitor(t.pid)
+    second_summary = tmp_path / "second.json"
+    second, _ = monitor(t.pid, "--summary", str(second_summary), "--duration", "3")
+    assert second.finish(None, timeout=60) == 0, second.stderr_text
+    assert first.finish(signal.SIGINT, timeout=60) == 0, first.stderr_text
+    for m, other, path in ((first, second, first_summary), (second, first, second_summary)):
+        said = f"another rlscope-top (PID {other.pid}) is attached to PID {t.pid}"
+        assert said in m.stderr_text
+        assert any(said in n for n in load_summary(path)["notes"])

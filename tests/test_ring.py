@@ -134,3 +134,33 @@ def test_record_too_large(path):
     w = RingWriter(path, capacity=4096)
     with pytest.raises(ValueError):
         w.write({"pad": "x" * 5000})
+
+
+def test_live_writers_are_the_other_open_rings_on_that_target(tmp_path):
+    """Another session on the same target: its ring is open and its writer alive. A closed
+    (kept) ring, a dead writer's, another target's and this process's own are not."""
+    import subprocess
+    import sys
+
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    rings = []
+    try:
+        for name, writer, close in (("ring-41-a-1.bin", other.pid, False), ("ring-41-b-2.bin", dead.pid, False),
+                                    ("ring-41-c-3.bin", other.pid, True), ("ring-43-d-4.bin", other.pid, False),
+                                    ("ring-41-e-5.bin", None, False)):
+            w = RingWriter(str(tmp_path / name))
+            if writer:
+                w._mm[48:52] = writer.to_bytes(4, "little")
+            if close:
+                w.close()
+            rings.append(w)
+        (tmp_path / "ring-41-f-6.bin").symlink_to(tmp_path / "ring-41-a-1.bin")   # never followed
+        assert ring_mod.live_writers(41, str(tmp_path)) == {other.pid}
+        assert ring_mod.live_writers(43, str(tmp_path)) == {other.pid}
+        assert ring_mod.live_writers(4, str(tmp_path)) == set()        # ring-41 is not ring-4's
+        assert ring_mod.live_writers(41, str(tmp_path / "none")) == set()
+    finally:
+        other.kill()
+        other.wait()

@@ -20,6 +20,7 @@ from .budget import Budget
 from .cost_meter import CostMeter
 from .op_sources import OperationSources
 from . import probe_prices, start_priority
+from .neighbours import Neighbours
 from .processes import Processes
 from .record_builder import META_PERIOD_S, RecordBuilder
 from .thread_fold import ExitedThreads, fold_all
@@ -47,6 +48,7 @@ class Collector(OperationSources, BudgetLoop, RecordBuilder):
                                children=children, roots=roots)
         self.probes.before_compile = start_priority.end
         self.processes = Processes(self.probes.roots, roles, self.note)
+        self.neighbours = Neighbours(tuple(self.probes.roots), self.note)
         self.command = command_line(pid)
         self._names: dict[int, str] = {}
         self._threads: dict[int, dict] = {}     # live threads' rows
@@ -111,6 +113,7 @@ class Collector(OperationSources, BudgetLoop, RecordBuilder):
         self.probes.set_process_ranges()
         self.processes.refresh(self.probes.pids())     # the counters' processes, for the first steps
         self.ring.write(self._meta())
+        self.neighbours.check()
         self._first_window()                 # the traps run from attach: price them before anything else
         self.mark_attach_step("priced_s")
         self._find_annotations()
@@ -166,6 +169,7 @@ class Collector(OperationSources, BudgetLoop, RecordBuilder):
         if now - self._last_meta >= META_PERIOD_S:
             self._last_meta = now
             self.ring.write(self._meta())
+        self.neighbours.check(now)
         self._drain_events()
         self._check_sampler()
         self._record_stacks()

@@ -96,6 +96,30 @@ def sweep_stale(d: str = DEFAULT_DIR) -> list[str]:
     return gone
 
 
+def live_writers(target: int, d: str = DEFAULT_DIR) -> set[int]:
+    """The monitors (writer PIDs, this process left out) whose open default ring is on
+    ``target``: other sessions attached to it now. A ring given with --ring is not seen."""
+    found = set()
+    try:
+        names = os.listdir(d)
+    except OSError:
+        return found
+    for name in names:
+        if not (name.startswith(f"ring-{target}-") and name.endswith(".bin")):
+            continue
+        try:
+            with open(os.path.join(d, name), "rb", opener=lambda f, fl: os.open(f, fl | os.O_NOFOLLOW)) as f:
+                head = f.read(_OFF_CREATED)
+        except OSError:
+            continue
+        if len(head) < _OFF_CREATED or head[:8] != MAGIC:
+            continue
+        pid, flags = struct.unpack_from("<II", head, _OFF_PID)
+        if pid and pid != os.getpid() and not flags & FLAG_CLOSED and _alive(pid):
+            found.add(pid)
+    return found
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
