@@ -132,6 +132,20 @@ async def test_no_banner_while_running_and_snapshot_key(running_ring, tmp_path):
 
 
 @pytest.mark.anyio
+async def test_another_session_on_the_target_shows_in_the_banner(tmp_path):
+    from rlscope_top.ring import records as R
+
+    said = "another rlscope-top (PID 77) is attached to PID 42: its probes' cost is in this session's times"
+    recs = stream()[:-1]
+    recs.insert(2, R.note(recs[1]["ts"], "warn", said))
+    app = _app(write_ring(str(tmp_path / "ring-two.bin"), recs, close=False), tmp_path)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await pilot.pause()
+        b = app.query_one("#banner")
+        assert b.has_class("show") and "another rlscope-top (PID 77)" in str(b.render())
+
+
+@pytest.mark.anyio
 async def test_pause_reset_and_help(ring, tmp_path):
     app = _app(ring, tmp_path)
     async with app.run_test(size=(120, 40)) as pilot:
