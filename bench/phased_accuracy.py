@@ -20,7 +20,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(REPO, "tests"))
-from truth import interval_costs, truth_shares, unprobed_shares, work_shares  # noqa: E402
+from truth import interval_costs, truth_shares, unprobed_shares, work_seconds, work_shares  # noqa: E402
 
 PY = sys.executable
 CATS = ("python", "simulator", "backend")
@@ -65,6 +65,15 @@ def per_call(s: dict, items: list, kind: str, cat: str) -> tuple[float, float, f
     return sum(outside) / len(outside) / 1e3, sum(inside) / len(inside) / 1e3, ours * 1e6
 
 
+def python_interval(s: dict, items: list) -> tuple[float, float]:
+    """us per python_work interval, unprobed (outside the window) and probed (inside)."""
+    w0, w1 = s["window"]["t0_monotonic_ns"], s["window"]["t1_monotonic_ns"]
+    off = interval_costs(items)[0]["python"]
+    inside = [b - a - off for k, _, a, b in items if k == "python" and w0 <= a and b <= w1]
+    outside = [b - a - off for k, _, a, b in items if k == "python" and (b < w0 or a > w1)]
+    return sum(outside) / len(outside) / 1e3, sum(inside) / len(inside) / 1e3
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--mode", choices=("exact", "default"), default="exact")
@@ -91,6 +100,9 @@ def main() -> None:
             work = work_shares(items, spans, s["window"])     # the window's own work, at unprobed rates
             print(f"   against the window's own work at the unprobed rates: " + "  ".join(
                 f"{c} {100 * work[c]:.1f}% ({100 * (s['totals'][f'{c}_s'] / tot - work[c]):+.1f} pp)" for c in CATS))
+            secs = work_seconds(items, spans, s["window"])
+            print(f"   seconds, ours / the same work unprobed: " + "  ".join(
+                f"{c} {s['totals'][f'{c}_s']:.2f} / {secs[c]:.2f}" for c in CATS))
             print(f"{args.mode} {i}: " + "  ".join(
                 f"{c} {100 * s['totals'][f'{c}_s'] / tot:.1f}% vs {100 * truth[c]:.1f}% "
                 f"({100 * (s['totals'][f'{c}_s'] / tot - truth[c]):+.1f} pp)" for c in CATS))
@@ -102,6 +114,9 @@ def main() -> None:
             for kind, cat in (("simulator", "simulator"), ("backend", "backend")):
                 u, p, ours = per_call(s, items, kind, cat)
                 print(f"   {kind} per call: target unprobed {u:.2f} us, probed {p:.2f} us, ours corrected {ours:.2f} us")
+            u, p = python_interval(s, items)
+            print(f"   python_work per call (the target's clock): unprobed {u:.2f} us, probed {p:.2f} us "
+                  "(code after a probe's trap runs on cold caches)")
 
 
 if __name__ == "__main__":

@@ -130,6 +130,13 @@ def work_shares(items, spans, window) -> dict:
         spans: [(start_ns, end_ns), ...] unprobed, CLOCK_MONOTONIC.
         window: the summary's window (t0_monotonic_ns, t1_monotonic_ns).
     """
+    tot = work_seconds(items, spans, window)
+    whole = sum(tot.values())
+    return {k: v / whole for k, v in tot.items()}
+
+
+def work_seconds(items, spans, window) -> dict:
+    """work_shares' seconds: the window's steps at the spans' unprobed time per step."""
     phases = _phases(items)
     rates = _phase_rates(phases, interval_costs(items)[0], spans)
     t0, t1 = window["t0_monotonic_ns"], window["t1_monotonic_ns"]
@@ -138,5 +145,4 @@ def work_shares(items, spans, window) -> dict:
         steps = sum(1 for cat, _, x, _ in ivals if cat == _unit(kind) and t0 <= x < t1)
         for c in CATS:
             tot[c] += steps * rates[kind][c]
-    whole = sum(tot.values())
-    return {k: v / whole for k, v in tot.items()}
+    return tot
