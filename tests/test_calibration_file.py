@@ -184,3 +184,22 @@ def test_the_backward_counters_price_is_never_below_a_lone_c_probe(diffs, price,
     from rlscope_top.commands.calibrate import count_price
 
     assert count_price(diffs, 10_000, 1300) == (pytest.approx(price), floored)
+
+
+@pytest.mark.parametrize("at, now, words", [
+    (1000.0, 1000.0 + 3 * 86400 + 5, "3 days ago"), (1000.0, 1000.0 + 3600, "1 hour ago"),
+    (1000.0, 1000.0 + 7 * 60 + 59, "7 minutes ago"), (1000.0, 1010.0, "just now"),
+    (0.0, 5000.0, ""), (2000.0, 1000.0, ""),           # unknown, or a clock that went back
+])
+def test_a_calibrations_age_in_words(at, now, words):
+    assert C.age_words(at, now) == words
+
+
+@pytest.mark.parametrize("stored, read", [(1795793198.5, 1795793198.5), ("yesterday", 0.0), (True, 0.0), (None, 0.0)])
+def test_the_time_a_calibration_was_measured_is_read_or_unknown(tmp_path, monkeypatch, stored, read):
+    doc = _entry(GOOD)
+    if stored is not None:
+        doc["machines"][C.machine_key()]["measured_at"] = stored
+    _write(tmp_path, monkeypatch, doc)
+    cal = C.load()
+    assert cal.measured and cal.measured_at == read

@@ -61,6 +61,7 @@ class Calibration:
     measured: bool
     key: str
     problem: str = ""      # why a calibration file that is there was not used
+    measured_at: float = 0.0   # unix time of the measurement (0: unknown)
 
     def cost(self, kind: str, emulated: bool, group: str = "") -> dict:
         """The 4-way split used by the BPF program for one catalog probe kind.
@@ -123,7 +124,21 @@ def load() -> Calibration:
     bad = _invalid(entry)
     if bad:
         return _defaults(key, f"{p}: {bad}")
-    return Calibration({**DEFAULT_KINDS, **entry["kinds"]}, True, key)
+    at = entry.get("measured_at")
+    at = float(at) if isinstance(at, (int, float)) and not isinstance(at, bool) else 0.0
+    return Calibration({**DEFAULT_KINDS, **entry["kinds"]}, True, key, measured_at=at)
+
+
+def age_words(measured_at: float, now: float) -> str:
+    """How long ago a calibration was measured, for a person ('' when unknown)."""
+    if not measured_at or now < measured_at:
+        return ""
+    s = now - measured_at
+    for unit, n in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if s >= n:
+            k = int(s // n)
+            return f"{k} {unit}{'s' if k > 1 else ''} ago"
+    return "just now"
 
 
 MAX_FILE = 4 << 20

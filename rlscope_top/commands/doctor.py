@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import time
 
 from ..probes import catalog
 
@@ -30,9 +31,11 @@ def checks(pid: int | None = None) -> list[tuple]:
                        f"{kdir} missing; run `sudo bash scripts/setup.sh` (links the installed headers)"))
     rows.append(_check("tracefs", os.path.exists("/sys/kernel/tracing/uprobe_events"), "/sys/kernel/tracing mounted",
                        "mount it: `mount -t tracefs nodev /sys/kernel/tracing`"))
-    from ..collect.calibration import load as load_calibration  # noqa: PLC0415
+    from ..collect.calibration import age_words, load as load_calibration  # noqa: PLC0415
     cal = load_calibration()
-    rows.append(_check("calibration", cal.measured, f"probe costs measured for {cal.key}",
+    age = age_words(cal.measured_at, time.time())
+    rows.append(_check("calibration", cal.measured, f"probe costs measured for {cal.key}"
+                       f"{', ' + age if age else ''} (they move with the host's speed: calibrate again after it changes)",
                        f"{cal.problem}; run `rlscope-top calibrate` again (defaults are used)" if cal.problem else
                        "probe costs not measured here: run `rlscope-top calibrate` (defaults are used)",
                        required=False))
