@@ -203,3 +203,16 @@ def test_the_time_a_calibration_was_measured_is_read_or_unknown(tmp_path, monkey
     _write(tmp_path, monkeypatch, doc)
     cal = C.load()
     assert cal.measured and cal.measured_at == read
+
+
+def test_a_kinds_inside_is_its_rounds_median_share_of_the_total():
+    """Rounds at two machine speeds (today's VM alternated 1.1 and 2.1 us a loop): the share
+    inside is the same in each, so the split is, whatever the ns of the median round."""
+    from rlscope_top.commands.calibrate import inside_ns
+
+    diffs = [2000, 4000, 2000, 4000, 4100, 3900, 2100]
+    inside = [0.45 * d for d in diffs]
+    assert inside_ns(inside, diffs, 2100) == round(0.45 * 2100)        # the ns' median would be 1,755
+    assert inside_ns([500, 9000], [1000, 1000], 1000) == 1000          # never more than the total
+    assert inside_ns([-50, -40, 10], [1000, 1000, 1000], 1000) == 0    # nor below nothing
+    assert inside_ns([], [], 1000) == 0

@@ -158,13 +158,19 @@ def _measure_mode(t: _Target, kind: str, say) -> dict:
     total = max(0.0, statistics.median(diffs))
     say(f"{kind:>13}: {statistics.median(base):8.0f} ns/call unprobed, {statistics.median(probed):8.0f} probed "
         f"-> {total:6.0f} ns per call (paired, {len(diffs)} rounds, spread {_spread(diffs):.0f} ns)")
-    # Each round's share inside, not its ns: a slow round is slow on both sides of the timestamp.
-    ins = max(0, min(round(total * statistics.median(i / d if d > 0 else 0.0 for i, d in zip(inside, diffs))),
-                     round(total)))
+    ins = inside_ns(inside, diffs, total)
     share = _kernel_share(total, sys_probed, sys_plain, 2 * ROUNDS)
     where = "" if kind == "bracket_torch" else f", {ins} ns inside the probed region"   # torch: split later
     say(f"{'':>13}  {100 * share:.0f}% of it the target's kernel time{where}")
     return {"outside": round(total) - ins, "inside": ins, "kernel_share": share}
+
+
+def inside_ns(inside: list[float], diffs: list[float], total: float) -> int:
+    """ns of a probe kind's ``total`` that land inside the probed region: the median of the
+    rounds' shares inside (each round's inside ns over its cost), not of their ns, since a
+    slow round is slow on both sides of the timestamp."""
+    shares = [i / d if d > 0 else 0.0 for i, d in zip(inside, diffs)]
+    return max(0, min(round(total * statistics.median(shares)), round(total))) if shares else 0
 
 
 def _spread(xs: list[float]) -> float:
