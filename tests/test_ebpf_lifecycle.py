@@ -158,3 +158,24 @@ def test_a_second_session_on_the_same_target_is_named_by_both(ebpf, target, moni
         said = f"another rlscope-top (PID {other.pid}) is attached to PID {t.pid}"
         assert said in m.stderr_text
         assert any(said in n for n in load_summary(path)["notes"])
+
+
+def test_a_session_on_a_process_this_one_follows_is_named(ebpf, spawn, monitor, tmp_path):
+    """A session on a launcher follows its Python child; a second session on that child is
+    named by the first (its probes trap in a process the first one counts)."""
+    import sys
+
+    import psutil
+
+    from support import TARGETS
+
+    launcher = spawn(["bash", "-c", f"{sys.executable} {TARGETS / 'idle.py'}; echo done"], cwd=str(TARGETS))
+    launcher.wait_line("ready", timeout=120)
+    child = psutil.Process(launcher.pid).children()[0].pid
+    first, first_summary = monitor(launcher.pid)
+    second, _ = monitor(child, "--summary", str(tmp_path / "second.json"), "--duration", "3")
+    assert second.finish(None, timeout=60) == 0, second.stderr_text
+    assert first.finish(signal.SIGINT, timeout=60) == 0, first.stderr_text
+    said = f"another rlscope-top (PID {second.pid}) is attached to PID {child}"
+    assert said in first.stderr_text
+    assert any(said in n for n in load_summary(first_summary)["notes"])

@@ -157,10 +157,10 @@ def test_live_writers_are_the_other_open_rings_on_that_target(tmp_path):
                 w.close()
             rings.append(w)
         (tmp_path / "ring-41-f-6.bin").symlink_to(tmp_path / "ring-41-a-1.bin")   # never followed
-        assert ring_mod.live_writers(41, str(tmp_path)) == {other.pid}
-        assert ring_mod.live_writers(43, str(tmp_path)) == {other.pid}
-        assert ring_mod.live_writers(4, str(tmp_path)) == set()        # ring-41 is not ring-4's
-        assert ring_mod.live_writers(41, str(tmp_path / "none")) == set()
+        assert ring_mod.live_writers([41], str(tmp_path)) == {41: {other.pid}}
+        assert ring_mod.live_writers([41, 43, 7], str(tmp_path)) == {41: {other.pid}, 43: {other.pid}}
+        assert ring_mod.live_writers([4], str(tmp_path)) == {}            # ring-41 is not ring-4's
+        assert ring_mod.live_writers([41], str(tmp_path / "none")) == {}
     finally:
         other.kill()
         other.wait()

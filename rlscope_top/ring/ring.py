@@ -96,16 +96,19 @@ def sweep_stale(d: str = DEFAULT_DIR) -> list[str]:
     return gone
 
 
-def live_writers(target: int, d: str = DEFAULT_DIR) -> set[int]:
-    """The monitors (writer PIDs, this process left out) whose open default ring is on
-    ``target``: other sessions attached to it now. A ring given with --ring is not seen."""
-    found = set()
+def live_writers(targets, d: str = DEFAULT_DIR) -> dict[int, set[int]]:
+    """The monitors (writer PIDs, this process left out) whose open default ring is on one of
+    ``targets``: other sessions attached to them now, by target. A ring given with --ring is
+    not seen."""
+    want, found = set(targets), {}
     try:
         names = os.listdir(d)
     except OSError:
         return found
     for name in names:
-        if not (name.startswith(f"ring-{target}-") and name.endswith(".bin")):
+        parts = name.split("-")
+        if not (name.startswith("ring-") and name.endswith(".bin") and len(parts) > 2 and parts[1].isdigit()
+                and int(parts[1]) in want):
             continue
         try:
             with open(os.path.join(d, name), "rb", opener=lambda f, fl: os.open(f, fl | os.O_NOFOLLOW)) as f:
@@ -116,7 +119,7 @@ def live_writers(target: int, d: str = DEFAULT_DIR) -> set[int]:
             continue
         pid, flags = struct.unpack_from("<II", head, _OFF_PID)
         if pid and pid != os.getpid() and not flags & FLAG_CLOSED and _alive(pid):
-            found.add(pid)
+            found.setdefault(int(parts[1]), set()).add(pid)
     return found
 
 
