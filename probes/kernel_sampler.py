@@ -26,6 +26,7 @@ from .stack_sampler import StackCounts, StackSampler
 DEPTH = 128                 # PYS_DEPTH in pystack.c
 REFRESH_S = 0.5             # new threads and processes are looked for this often
 POLL_MS = 50
+STARTING_POLL_MS = 5
 WHY_BLOCK, WHY_EXEC = 1, 2  # PYS_WHY_* in pystack.c
 MAX_STACKS = 100_000        # distinct stacks whose names and match are kept
 BLOCK_GAP_MIN_NS = 2_500_000  # least gap between a thread's blocked samples (what 100 Hz gave)
@@ -142,6 +143,8 @@ class KernelStackSampler(StackSampler):
         self._sites_final = self.site_ticks()
         if self._thread is not None:
             self._thread.join(timeout=2)
+        if self._rb and not (self._thread and self._thread.is_alive()):
+            self._lib.bpf_consume_ringbuf(self._rb)     # the last decided samples (no wakeup came)
         if self._rb:
             self._lib.bpf_free_ringbuf(self._rb)
             self._rb = None
@@ -192,7 +195,10 @@ class KernelStackSampler(StackSampler):
     def _read(self) -> None:
         last = 0.0
         while not self._stopping:
-            self._lib.bpf_poll_ringbuf(self._rb, POLL_MS)
+            # a process whose interpreter is starting is looked at every few ms (decided
+            # samples wake the reader only every 50 ms: pystack.c pys_wake_flags)
+            self._lib.bpf_poll_ringbuf(self._rb, STARTING_POLL_MS if self._starting else POLL_MS)
+            self._lib.bpf_consume_ringbuf(self._rb)     # samples queued without a wakeup
             if self._gone:
                 self._let_go()
             for pid in list(self._starting):

@@ -39,6 +39,8 @@ struct pylast {
 };
 BPF_HASH(pylast, u32, struct pylast, 32768);
 BPF_ARRAY(pycfg, u64, 2);                // [0] sampling period ns (0: off), [1] least gap of a blocked sample
+BPF_ARRAY(pywake, u64, 1);               // when a decided sample last woke the reader
+#define PYS_WAKE_GAP_NS 50000000ULL      // decided samples wake the reader at most this often
 BPF_PERCPU_ARRAY(pystat, u64, 5);        // samples, ns spent reading, threads with no state, ring full,
                                          // ticks placed by their call site (bpf_program.c site_where)
 BPF_RINGBUF_OUTPUT(pystacks, 128);
@@ -124,6 +126,24 @@ static __always_inline u32 pys_decide(struct pysample *e, u32 tgid) {
     return *(volatile u8 *)&e->truncated ? PYS_UNDECIDED : 0;
 }
 
+// A sample the kernel named itself is only counted by the monitor: it needs no prompt reader,
+// and a wakeup per sample (100 a second, an IPI and a switch on the reader's CPU each) cost
+// the reader's thread ~2.5% of a core. It wakes the reader at most once per PYS_WAKE_GAP_NS,
+// and that wakeup takes every sample queued before it. An undecided sample always wakes, and
+// forces it: the ring's default wakes only a reader that has caught up, so behind one queued
+// sample it would wait for the reader's poll timeout (a spawned child's operation began 30-50
+// ms late, and its time with it).
+static __always_inline u64 pys_wake_flags(u32 decided, u64 now) {
+    int zero = 0;
+    u64 *last = pywake.lookup(&zero);
+    if (!decided || !last)
+        return BPF_RB_FORCE_WAKEUP;
+    if (now - *last < PYS_WAKE_GAP_NS)
+        return BPF_RB_NO_WAKEUP;
+    *last = now;
+    return BPF_RB_FORCE_WAKEUP;
+}
+
 // Called from the thread's own context (its tick, or sched_switch as it blocks). Returns the
 // sample's operation when the kernel could name it (else PYS_UNDECIDED: no sample, or the
 // monitor decides).
@@ -174,7 +194,7 @@ static __always_inline u32 pys_sample(u32 tgid, u32 tid, u64 now, u8 why) {
     pys_walk(e, pi, *tsp);
     u32 op = pys_decide(e, tgid);
     e->decided = op != PYS_UNDECIDED;  // the monitor only counts it
-    pystacks.ringbuf_submit(e, 0);
+    pystacks.ringbuf_submit(e, pys_wake_flags(e->decided, now));
     pys_count(0, 1);
     pys_count(1, bpf_ktime_get_ns() - now);
     return op;
@@ -220,7 +240,7 @@ TRACEPOINT_PROBE(sched, sched_process_exec) {
             e->why = PYS_WHY_EXEC;
             e->truncated = 0;
             e->decided = 0;
-            pystacks.ringbuf_submit(e, 0);
+            pystacks.ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);   // past queued samples (pys_wake_flags)
         }
     }
     return 0;
