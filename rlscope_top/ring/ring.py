@@ -77,17 +77,8 @@ def sweep_stale(d: str = DEFAULT_DIR) -> list[str]:
     gone = []
     for name in os.listdir(d):
         p = os.path.join(d, name)
-        if not name.startswith("ring-") or not name.endswith(".bin"):
-            continue
-        try:
-            with open(p, "rb", opener=lambda f, fl: os.open(f, fl | os.O_NOFOLLOW)) as f:
-                head = f.read(_OFF_CREATED)
-        except OSError:
-            continue
-        if len(head) < _OFF_CREATED or head[:8] != MAGIC:
-            continue
-        pid, flags = struct.unpack_from("<II", head, _OFF_PID)
-        if not flags & FLAG_CLOSED and pid and not _alive(pid):
+        head = _writer(p) if name.startswith("ring-") and name.endswith(".bin") else None
+        if head and head[0] and not head[1] & FLAG_CLOSED and not _alive(head[0]):
             try:
                 os.unlink(p)
                 gone.append(p)
@@ -110,17 +101,23 @@ def live_writers(targets, d: str = DEFAULT_DIR) -> dict[int, set[int]]:
         if not (name.startswith("ring-") and name.endswith(".bin") and len(parts) > 2 and parts[1].isdigit()
                 and int(parts[1]) in want):
             continue
-        try:
-            with open(os.path.join(d, name), "rb", opener=lambda f, fl: os.open(f, fl | os.O_NOFOLLOW)) as f:
-                head = f.read(_OFF_CREATED)
-        except OSError:
-            continue
-        if len(head) < _OFF_CREATED or head[:8] != MAGIC:
-            continue
-        pid, flags = struct.unpack_from("<II", head, _OFF_PID)
-        if pid and pid != os.getpid() and not flags & FLAG_CLOSED and _alive(pid):
-            found.setdefault(int(parts[1]), set()).add(pid)
+        head = _writer(os.path.join(d, name))
+        if head and head[0] and head[0] != os.getpid() and not head[1] & FLAG_CLOSED and _alive(head[0]):
+            found.setdefault(int(parts[1]), set()).add(head[0])
     return found
+
+
+def _writer(path: str) -> tuple[int, int] | None:
+    """(writer PID, flags) from a ring file's header, never through a symlink; None for
+    anything that is not a ring."""
+    try:
+        with open(path, "rb", opener=lambda f, fl: os.open(f, fl | os.O_NOFOLLOW)) as f:
+            head = f.read(_OFF_CREATED)
+    except OSError:
+        return None
+    if len(head) < _OFF_CREATED or head[:8] != MAGIC:
+        return None
+    return struct.unpack_from("<II", head, _OFF_PID)
 
 
 def _alive(pid: int) -> bool:
