@@ -55,22 +55,20 @@ def session(tmp: str, simlib: str, calib: str, mode: str, i: int) -> tuple[dict,
 def per_call(s: dict, items: list, kind: str, cat: str) -> tuple[float, float, float]:
     """us per call: the target's clock unprobed and probed (less its timer and, for the
     simulator, the binding's dispatch, as the truth counts them), and ours corrected."""
+    ours = s["totals"][f"{cat}_s"] / max(1, s["calls"][cat] or 0)
+    raw = s["raw"][f"{cat}_s"] / max(1, s["calls"][cat] or 0)
+    print(f"   {kind}: raw per call {raw * 1e6:.2f} us, taken off the target's intervals "
+          f"{interval_costs(items)[0][kind]} ns")
+    return (*target_clock(s, items, kind), ours * 1e6)
+
+
+def target_clock(s: dict, items: list, kind: str) -> tuple[float, float]:
+    """us per logged interval of ``kind`` by the target's own clock (less what the truth takes
+    off it), unprobed (outside the window) and probed (inside)."""
     w0, w1 = s["window"]["t0_monotonic_ns"], s["window"]["t1_monotonic_ns"]
     off = interval_costs(items)[0][kind]
     inside = [b - a - off for k, _, a, b in items if k == kind and w0 <= a and b <= w1]
     outside = [b - a - off for k, _, a, b in items if k == kind and (b < w0 or a > w1)]
-    ours = s["totals"][f"{cat}_s"] / max(1, s["calls"][cat] or 0)
-    raw = s["raw"][f"{cat}_s"] / max(1, s["calls"][cat] or 0)
-    print(f"   {kind}: raw per call {raw * 1e6:.2f} us, taken off the target's intervals {off} ns")
-    return sum(outside) / len(outside) / 1e3, sum(inside) / len(inside) / 1e3, ours * 1e6
-
-
-def python_interval(s: dict, items: list) -> tuple[float, float]:
-    """us per python_work interval, unprobed (outside the window) and probed (inside)."""
-    w0, w1 = s["window"]["t0_monotonic_ns"], s["window"]["t1_monotonic_ns"]
-    off = interval_costs(items)[0]["python"]
-    inside = [b - a - off for k, _, a, b in items if k == "python" and w0 <= a and b <= w1]
-    outside = [b - a - off for k, _, a, b in items if k == "python" and (b < w0 or a > w1)]
     return sum(outside) / len(outside) / 1e3, sum(inside) / len(inside) / 1e3
 
 
@@ -114,7 +112,7 @@ def main() -> None:
             for kind, cat in (("simulator", "simulator"), ("backend", "backend")):
                 u, p, ours = per_call(s, items, kind, cat)
                 print(f"   {kind} per call: target unprobed {u:.2f} us, probed {p:.2f} us, ours corrected {ours:.2f} us")
-            u, p = python_interval(s, items)
+            u, p = target_clock(s, items, "python")
             print(f"   python_work per call (the target's clock): unprobed {u:.2f} us, probed {p:.2f} us "
                   "(code after a probe's trap runs on cold caches)")
 

@@ -48,7 +48,7 @@ class Collector(OperationSources, BudgetLoop, RecordBuilder):
                                children=children, roots=roots)
         self.probes.before_compile = start_priority.end
         self.processes = Processes(self.probes.roots, roles, self.note)
-        self.neighbours = Neighbours(self.probes.pids, self.note)
+        self.neighbours = Neighbours(self.processes.live, self.note)   # refreshed each tick (_forget_gone)
         self.command = command_line(pid)
         self._names: dict[int, str] = {}
         self._threads: dict[int, dict] = {}     # live threads' rows
