@@ -369,20 +369,10 @@ class ProbeSet(MapAccess):
                    for a in self.attached)
 
     # -- the overhead budget's levers ------------------------------------
-    def degrade(self, cat: int) -> str:
-        """Make one category's probes cheaper: timed -> count (exits removed) -> off (per-call probes removed).
-
-        The kernel switches to counting first, so no call can be left open without an exit.
-
-        Returns:
-            The category's new mode.
-        """
-        new, parts = self._step_down(cat)
-        self._detach_all(parts)
-        return new
-
     def _step_down(self, cat: int) -> tuple[str, list[tuple[Attached, str]]]:
-        """Switch a category one mode down in the kernel; returns the mode and the parts to detach."""
+        """Switch a category one mode down in the kernel; returns the mode and the parts to detach.
+
+        The kernel counts before any part goes, so no call is left open without its exit."""
         new = {"timed": "count", "count": "off"}.get(self.modes.get(cat, "timed"), "off")
         self.bpf["modes"][ct.c_int(cat)] = ct.c_uint(1)
         parts = []

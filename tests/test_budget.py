@@ -94,6 +94,9 @@ class _Clock:
     def monotonic(self):
         return self.t
 
+    def monotonic_ns(self):
+        return int(self.t * 1e9)
+
     def sleep(self, s):
         self.t += s
 
@@ -116,3 +119,46 @@ def test_the_first_window_ends_once_it_has_enough_hits_to_price_and_never_after_
     assert waited(1_000) == pytest.approx(windows.COUNT_WINDOW_S, abs=1e-4)   # 30 hits: the whole window
     hot_enough = windows.COUNT_ENOUGH / 0.02                               # the hits are there at 20 ms
     assert windows.COUNT_MIN_S < waited(hot_enough) <= 0.02 + 0.004
+
+
+class _Probes:
+    """A ProbeSet's window levers; every call that detaches is one batch (one grace period with
+    the remaining traps still running)."""
+
+    def __init__(self):
+        self.modes, self.batches = {1: "off"}, []
+        self.attached = []
+
+    def hits(self):
+        return []
+
+    def restore(self, cat):
+        self.modes[cat] = "timed"
+
+    def degrade(self, cat):
+        self.modes[cat] = {"timed": "count"}.get(self.modes[cat], "off")
+        self.batches.append({cat: self.modes[cat]})
+        return self.modes[cat]
+
+    def step_down_all(self, modes, levers):
+        self.modes.update(modes)
+        self.batches.append(dict(modes))
+
+
+def test_a_timed_window_closes_its_exits_and_entries_in_one_batch(monkeypatch):
+    from types import SimpleNamespace
+
+    from rlscope_top.collect import windows
+
+    clock = _Clock()
+    monkeypatch.setattr(windows, "time", clock)
+    probes = _Probes()
+    loop = SimpleNamespace(probes=probes, ring=SimpleNamespace(write=lambda r: None), budget=Budget(5.0),
+                           _samples={1: {"next": 100.0, "until": None, "window": 0.12, "period": 2.0, "mode": "off"}},
+                           _write_counters=lambda c: None, _counters=lambda: None)
+    loop._category_cost_ns = lambda cat: 0
+    loop._reprice = lambda st, now, cost: windows.BudgetLoop._reprice(loop, st, now, cost)
+    loop._spacing = lambda pct: {"window": 0.12, "period": 2.0}
+    assert windows.BudgetLoop._sample(loop, 100.0) is True and probes.modes[1] == "timed"
+    assert windows.BudgetLoop._sample(loop, 100.13) is False
+    assert probes.modes[1] == "off" and probes.batches == [{1: "off"}]
