@@ -1,8 +1,10 @@
 """Issue 16's RL-shaped loop, forever: a tiny MLP forward each step, an SGD update every 8
 steps, a 200-iteration pure-Python "env step". Prints, every ~0.1 s of work,
-``t <monotonic_ns> steps <n>`` so that a bench can cut any window out of the run.
+``t <monotonic_ns> steps <n>`` so that a bench can cut any window out of the run
+(every RL_LOOP_PRINT_MS ms of work instead, where it is set: bench/window_cost.py).
 """
 
+import os
 import time
 
 import torch
@@ -20,6 +22,7 @@ def env_step(x: int) -> int:
 
 
 obs, s, steps = torch.zeros(1, 8), 1, 0
+PERIOD_NS = int(float(os.environ.get("RL_LOOP_PRINT_MS", "100")) * 1e6)
 print("ready", flush=True)
 mono, next_print = time.monotonic_ns, time.monotonic_ns()
 while True:
@@ -33,4 +36,4 @@ while True:
     now = mono()
     if now >= next_print:
         print(f"t {now} steps {steps}", flush=True)
-        next_print = now + 100_000_000
+        next_print = now + PERIOD_NS
