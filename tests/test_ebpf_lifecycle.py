@@ -162,7 +162,8 @@ def test_a_second_session_on_the_same_target_is_named_by_both(ebpf, target, moni
 
 def test_a_session_on_a_process_this_one_follows_is_named(ebpf, spawn, monitor, tmp_path):
     """A session on a launcher follows its Python child; a second session on that child is
-    named by the first (its probes trap in a process the first one counts)."""
+    named by the first (its probes trap in a process the first one counts), and names the first
+    as a session on its target's parent."""
     import sys
 
     import psutil
@@ -179,3 +180,5 @@ def test_a_session_on_a_process_this_one_follows_is_named(ebpf, spawn, monitor, 
     said = f"another rlscope-top (PID {second.pid}) is attached to PID {child}"
     assert said in first.stderr_text
     assert any(said in n for n in load_summary(first_summary)["notes"])
+    assert f"another rlscope-top (PID {first.pid}) is attached to PID {launcher.pid}, a parent of PID {child}" \
+        in second.stderr_text

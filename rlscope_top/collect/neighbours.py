@@ -1,16 +1,20 @@
-"""Other rlscope-top sessions on the same target, or on a process of it that this session
-follows. Their probes trap in it too, and this session's prices do not include their cost,
-so both sessions read their categories slower than the program is. Each session says so once
-per neighbour, at attach or when one comes."""
+"""Other rlscope-top sessions on the same target, on a process of it that this session
+follows, or on a parent of it (a session follows its target's children unless started with
+--no-children). Their probes trap in it too, and this session's prices do not include their
+cost, so both sessions read their categories slower than the program is. Each session says so
+once per neighbour, at attach or when one comes."""
 
 from __future__ import annotations
 
 import time
 from typing import Callable, Iterable
 
+import psutil
+
 from ..ring.ring import live_writers
 
 PERIOD_S = 1.0       # a newcomer is noticed within this (+ one tick)
+MAX_DEPTH = 64       # parents looked at above a target
 
 
 class Neighbours:
@@ -27,9 +31,30 @@ class Neighbours:
         if now < self._next:
             return
         self._next = now + PERIOD_S
-        for target, mons in sorted(live_writers(self.targets()).items()):
+        targets = set(self.targets())
+        parents = _parents(targets)
+        for target, mons in sorted(live_writers(targets | set(parents)).items()):
             for mon in sorted(mons - self.seen):
                 self.seen.add(mon)
-                self.say("warn", f"another rlscope-top (PID {mon}) is attached to PID {target}: its probes' "
+                where = f"PID {target}" if target in targets else \
+                    f"PID {target}, a parent of PID {parents[target]} (it follows its children unless started with --no-children)"
+                self.say("warn", f"another rlscope-top (PID {mon}) is attached to {where}: its probes' "
                                  "cost is in this session's times and neither session takes it off; "
                                  "detach one of them for clean numbers")
+
+
+def _parents(pids: set[int]) -> dict[int, int]:
+    """Each parent, grandparent, ... of these processes that is not one of them, with the one
+    of them it is above."""
+    out: dict[int, int] = {}
+    for pid in sorted(pids):
+        child = pid
+        for _ in range(MAX_DEPTH):
+            try:
+                ppid = psutil.Process(child).ppid()
+            except (psutil.Error, OSError):
+                break
+            if ppid <= 0 or ppid in pids or ppid in out:
+                break
+            out[ppid], child = pid, ppid
+    return out
