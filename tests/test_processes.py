@@ -264,3 +264,12 @@ def test_folded_processes_operations_add_into_the_folds_and_the_job_keeps_them()
     for op in (1, 2):
         assert (after[op].ns, after[op].calls, after[op].trans, after[op].oh, after[op].ticks) == \
             (before[op].ns, before[op].calls, before[op].trans, before[op].oh, before[op].ticks)
+
+
+def test_each_process_is_watched_for_as_long_as_its_threads_were_seen():
+    s = _summary(tree_stream())
+    wall = {p["pid"]: p["totals"]["wall_s"] for p in s["processes"]}
+    # worker 50 exited after 1.2 s of its thread's time; 60 was seen for 0.35 s; the main process's
+    # longest thread (its pool, 2.0 s) was seen the whole session
+    assert wall == {42: pytest.approx(2.0), 50: pytest.approx(1.2), 60: pytest.approx(0.35)}
+    assert s["totals"]["wall_s"] == pytest.approx(2.0)

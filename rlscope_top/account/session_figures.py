@@ -186,6 +186,7 @@ def _processes(acct: Accounting, all_threads: list[dict], wall_s: float) -> list
         f = _figures(acct, [th for th in mine if th["py"]], wall_s, call_threads=mine)
         job = _job(acct, mine, f)
         totals = {k: v for k, v in f["totals"].items() if k != "gpu_s"}
+        totals["wall_s"] = _watched_s(mine, wall_s)
         ops = P.op_seconds(p.get("ops"), acct.ops)
         moved = P.move_simulation_python(totals, ops)
         waiting = job["critical_path"]["waiting_s"]
@@ -205,6 +206,14 @@ def _processes(acct: Accounting, all_threads: list[dict], wall_s: float) -> list
     for q in out:
         q["waits_for"] = P.waits_for(q.pop("waits"), q["waiting_s"], role_of)
     return out
+
+
+def _watched_s(threads: list[dict], wall_s: float) -> float:
+    """How long the session watched a process: its longest-tracked thread's time (every
+    thread's on- and off-CPU time is tracked from when it is first seen), at most the session's
+    wall time; the session's wall time where none of its threads was seen."""
+    seen = max((sum(sum(x) for x in th["ns"]) for th in threads), default=0) / 1e9
+    return round(min(wall_s, seen), 6) if seen > 0 else round(wall_s, 6)
 
 
 def _corrected_ns(acct: Accounting, th: dict) -> list[list[float]]:
