@@ -40,9 +40,10 @@ SETTINGS = {"default": ([], {}), "default, compiling (no cache)": ([], {"RLSCOPE
 class Target:
     """The loop, with its (timestamp, steps) reports read in the background."""
 
-    def __init__(self, busy: bool):
+    def __init__(self, busy: bool, print_ms: float | None = None):
+        env = {**os.environ, "RL_LOOP_PRINT_MS": str(print_ms)} if print_ms else None
         self.p = subprocess.Popen([PY, os.path.join(HERE, "workloads", "rl_tiny_loop.py")],
-                                  stdout=subprocess.PIPE, text=True)
+                                  stdout=subprocess.PIPE, text=True, env=env)
         assert self.p.stdout.readline().startswith("ready")
         self.marks: list[tuple[int, int]] = []
         threading.Thread(target=self._read, daemon=True).start()

@@ -24,14 +24,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-PY = sys.executable
 sys.path.insert(0, HERE)
 sys.path.insert(0, REPO)
+from attach_cost import PY, Target  # noqa: E402
 from monitor_env import monitor_env, warm_bytecode  # noqa: E402
 
 from rlscope_top.collect import calibration  # noqa: E402
@@ -41,22 +40,11 @@ MARGIN_NS = 30_000_000
 STEADY_AFTER_NS = 2_000_000_000
 
 
-class Loop:
-    """The tiny-op loop, its (monotonic ns, steps) reports read in the background."""
+class Loop(Target):
+    """The tiny-op loop reporting its steps every 10 ms (attach_cost.Target)."""
 
     def __init__(self):
-        env = {**os.environ, "RL_LOOP_PRINT_MS": "10"}
-        self.p = subprocess.Popen([PY, os.path.join(HERE, "workloads", "rl_tiny_loop.py")],
-                                  stdout=subprocess.PIPE, text=True, env=env)
-        assert self.p.stdout.readline().startswith("ready")
-        self.marks: list[tuple[int, int]] = []
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self):
-        for line in self.p.stdout:
-            f = line.split()
-            if f and f[0] == "t":
-                self.marks.append((int(f[1]), int(f[3])))
+        super().__init__(busy=False, print_ms=10)
 
     def steps_in(self, spans: list[tuple[int, int]]) -> tuple[int, int]:
         """(steps, ns) over the 10 ms reports that lie wholly inside the spans."""
@@ -65,10 +53,6 @@ class Loop:
             if any(a <= ta and tb <= b for a, b in spans):
                 n, t = n + nb - na, t + tb - ta
         return n, t
-
-    def rate(self, a: int, b: int) -> float:
-        n, t = self.steps_in([(a, b)])
-        return n / t * 1e9
 
 
 def _plain(loop: Loop, span: float) -> float:
@@ -157,7 +141,7 @@ def main() -> int:
                 print(_row(i + 1, m), flush=True)
                 before = after
     finally:
-        loop.p.kill()
+        loop.close()
     med = {k: statistics.median(m[k] for m in rows) for k in rows[0]}
     head = ["| session | base steps/s | steady | out of windows | in windows | windows | windows' share of wall "
             "| windows' cost | a call's traps, measured | priced (calibrated bracket) | self-report: probes / all |",

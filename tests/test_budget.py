@@ -135,11 +135,6 @@ class _Probes:
     def restore(self, cat):
         self.modes[cat] = "timed"
 
-    def degrade(self, cat):
-        self.modes[cat] = {"timed": "count"}.get(self.modes[cat], "off")
-        self.batches.append({cat: self.modes[cat]})
-        return self.modes[cat]
-
     def step_down_all(self, modes, levers):
         self.modes.update(modes)
         self.batches.append(dict(modes))

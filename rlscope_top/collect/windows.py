@@ -125,9 +125,9 @@ class BudgetLoop:
             elif st["until"] is not None and now >= st["until"]:
                 self._write_counters(self._counters())
                 self._reprice(st, now, self._category_cost_ns(cat))     # at full cost, before the step down
-                # one batch of detaches: timed -> count, then count -> off, waited out one grace
-                # period with the entries still trapping (the tiny-op loop ran at 0.79 of its speed
-                # for ~40 ms of each window's ~90 ms close; in one batch, at 0.96)
+                # timed -> off in one batch of detaches: two (timed -> count, count -> off) each
+                # waited out a grace period, the first with the entries still trapping (the
+                # tiny-op loop ran at 0.79 of its speed for ~40 ms of each close; now at 0.96)
                 closed = time.monotonic_ns()      # the kernel counts from here; the detach waits ~90 ms more
                 self.probes.step_down_all({cat: st["mode"]}, [])
                 self.ring.write(R.mode(closed, name, st["mode"], 0.0, self.budget.max_pct))
