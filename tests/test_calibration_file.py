@@ -186,6 +186,20 @@ def test_the_backward_counters_price_is_never_below_a_lone_c_probe(diffs, price,
     assert count_price(diffs, 10_000, 1300) == (pytest.approx(price), floored)
 
 
+@pytest.mark.parametrize("diffs, calls, outside, inside, rl", [
+    ([29e6, 31e6, 30e6], 10_000, 1590, 1410, 3000.0),  # the RL loop reads 3.0 us a call: priced at it
+    ([10e6, 12e6, 11e6], 10_000, 1325, 1175, 1100.0),  # below the tight loop's 2.5 us: kept that
+    ([5e6], 0, 1325, 1175, 0.0),                       # no call seen: the tight loop's
+])
+def test_a_torch_brackets_price_is_what_it_costs_an_rl_loop_at_least_a_tight_ones(diffs, calls, outside, inside, rl):
+    from rlscope_top.commands.calibrate import rl_bracket_price
+
+    tight = {"outside": 1325, "inside": 1175, "kernel_share": 0.9}
+    price, read = rl_bracket_price(diffs, calls, tight)
+    assert price == {"outside": outside, "inside": inside, "kernel_share": 0.9}   # tight's proportions
+    assert read == pytest.approx(rl)
+
+
 @pytest.mark.parametrize("at, now, words", [
     (1000.0, 1000.0 + 3 * 86400 + 5, "3 days ago"), (1000.0, 1000.0 + 3600, "1 hour ago"),
     (1000.0, 1000.0 + 7 * 60 + 59, "7 minutes ago"), (1000.0, 1010.0, "just now"),

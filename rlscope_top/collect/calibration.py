@@ -70,7 +70,8 @@ class Calibration:
             kind: catalog kind (pair, enter, exit, count, range_begin, range_end).
             emulated: whether the probed instruction is emulated (cheap) or stepped out of line.
             group: the probe set; torch's begin/end probes have their own measured cost
-                (``bracket_torch``: a torch binding, not a C loop) when calibrate measured it,
+                (``bracket_torch``: a torch binding in an RL-shaped loop, not a C loop) when
+                calibrate measured it,
                 and so has its backward counter (``count_torch``: on its own site, in an
                 RL-shaped loop; ~3x the C loop's entry probe on an AMD EPYC VM).
         """

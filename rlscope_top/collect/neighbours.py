@@ -37,10 +37,9 @@ class Neighbours:
             for mon in sorted(mons - self.seen):
                 self.seen.add(mon)
                 where = f"PID {target}" if target in targets else \
-                    f"PID {target}, a parent of PID {parents[target]} (it follows its children unless started with --no-children)"
+                    f"PID {target}, a parent of PID {parents[target]} (followed unless --no-children)"
                 self.say("warn", f"another rlscope-top (PID {mon}) is attached to {where}: its probes' "
-                                 "cost is in this session's times and neither session takes it off; "
-                                 "detach one of them for clean numbers")
+                                 "cost is in this session's times (not taken off); detach one for clean numbers")
 
 
 def _parents(pids: set[int]) -> dict[int, int]:
