@@ -179,10 +179,21 @@ class MapAccess:
                 continue
             try:
                 table[ct.c_uint(pid)] = _rangeset(table, mine)
-            except Exception:            # full (1,024): this one keeps the root's ranges
+            except Exception:            # full: this one keeps the root's ranges
+                self._say_pranges_full(pid, len(self._pranges))
                 continue
             self._pranges[pid] = mine
         self._forget_ranges([pid for pid in self._pranges if pid not in want])
+
+    def _say_pranges_full(self, pid: int, held: int) -> None:
+        """Say once that a process's ticks are placed with the first root's ranges: the table
+        of per-process ranges is full (its ticks in its own libraries may read as Python)."""
+        if getattr(self, "_pranges_full", False):
+            return
+        self._pranges_full = True
+        self.notify("warn", f"{held:,} processes with their own library layout already: PID {pid} and any "
+                            f"later ones place CPU ticks by PID {self.pid}'s libraries (their ticks in "
+                            "other libraries may read as Python); follow fewer with --no-children or fewer --pid")
 
     def _forget_ranges(self, pids: list[int]) -> None:
         for pid in pids:
