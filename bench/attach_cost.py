@@ -29,6 +29,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 PY = sys.executable
 sys.path.insert(0, HERE)
+from median_ci import median_interval  # noqa: E402
 from monitor_env import monitor_env, warm_bytecode  # noqa: E402
 
 # (arguments, environment): the default run loads the compiled program kept by an earlier
@@ -157,9 +158,12 @@ def _slow(base: float, v: float) -> str:
 
 def _paired(rs: list[dict]) -> tuple[str, str]:
     """Each attached span against the mean of the plain spans just before and after it (the
-    loop's speed drifts by a few percent over a run): the median, and each rep's."""
+    loop's speed drifts by a few percent over a run): the median with its order-statistic
+    interval [low-high, coverage] (bench/median_ci.py), and each rep's."""
     each = [(r["before"] + r["after"]) / 2 / r["steady"] for r in rs]
-    return f"{statistics.median(each):.3f}x", ", ".join(f"{x:.3f}x" for x in each)
+    lo, hi, cover = median_interval(each)
+    return (f"{statistics.median(each):.3f}x [{lo:.3f}-{hi:.3f}x, {100 * cover:.0f}%]",
+            ", ".join(f"{x:.3f}x" for x in each))
 
 
 def table(res: dict, label: str, settings: dict) -> list[str]:
@@ -215,7 +219,8 @@ def main() -> int:
             "update every 8 steps, a 200-iteration Python env step), one process for the whole run; spans of "
             f"{a.span:g} s alternate unattached and attached (ABAB), the attached one from 1 s after \"attached\". "
             "Slowdown = unattached speed / attached speed: paired, against the mean of the plain spans just "
-            "before and after (the loop drifts by a few percent over a run), and against the median of all plain "
+            "before and after (the loop drifts by a few percent over a run; the median's distribution-free "
+            "interval in brackets, with the probability it holds the true median), and against the median of all plain "
             "spans. Attach = monitor start to its \"attached\" line, with the "
             "program it loaded (kept from an earlier session, or compiled at nice 19) and how long that took; detach from the summary. The monitor runs with its bytecode cached, as an installed tool does (bench/monitor_env.py). The busy rows add one pure-Python busy loop "
             "beside the target on the 2-core VM.", "", *lines])
