@@ -19,8 +19,7 @@ def median_interval(xs: list[float], level: float = 0.95) -> tuple[float, float,
     if not n:
         raise ValueError("no values")
     below = [comb(n, j) / 2 ** n for j in range(n + 1)]     # P(exactly j values below the median)
-    k, cover = 0, 1.0 - 2 * below[0] if n > 1 else 0.0        # ranks k+1 .. n-k (0-based k .. n-1-k)
+    k = 0                                                      # ranks k+1 .. n-k (0-based k .. n-1-k)
     while k + 1 < n - 1 - (k + 1) and 1.0 - 2 * sum(below[:k + 2]) >= level:
         k += 1
-        cover = 1.0 - 2 * sum(below[:k + 1])
-    return s[k], s[n - 1 - k], cover
+    return s[k], s[n - 1 - k], 1.0 - 2 * sum(below[:k + 1]) if n > 1 else 0.0

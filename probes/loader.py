@@ -96,6 +96,7 @@ class ProbeSet(MapAccess):
         self._sop_seq: dict[int, int] = {}
         self._ranges_set: list[tuple[int, int, int]] | None = None   # what the tick's ranges map holds
         self._pranges: dict[int, list] = {}      # pid -> its own ranges in the kernel's pranges
+        self._pranges_full = False                # said that pranges is full (once a session)
         self._xol_set: tuple[int, int] | None = None   # what the tick's xol map holds
         self._scan_key: tuple | None = None        # maps_changed: what the last scan saw, and when
         self._scan_at = 0.0

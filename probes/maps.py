@@ -188,7 +188,7 @@ class MapAccess:
     def _say_pranges_full(self, pid: int, held: int) -> None:
         """Say once that a process's ticks are placed with the first root's ranges: the table
         of per-process ranges is full (its ticks in its own libraries may read as Python)."""
-        if getattr(self, "_pranges_full", False):
+        if self._pranges_full:
             return
         self._pranges_full = True
         self.notify("warn", f"{held:,} processes with their own library layout already: PID {pid} and any "

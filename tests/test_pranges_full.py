@@ -35,7 +35,7 @@ class _Probes(MapAccess):
     def __init__(self, pids: list[int], size: int):
         self.pid, self._pids, self.said = pids[0], pids, []
         self.bpf = {"pranges": _Table(size)}
-        self._ranges_set, self._pranges = [(1, 2, 1)], {}
+        self._ranges_set, self._pranges, self._pranges_full = [(1, 2, 1)], {}, False
         self.notify = lambda level, msg: self.said.append((level, msg))
 
     def pids(self):

@@ -273,9 +273,8 @@ def _measure_count_torch(t: _Target, say, floor: float = 0.0) -> dict:
     time, over a fifth of the default budget (docs/overhead.md)."""
     specs = [s for s in catalog.TORCH if s.kind == COUNT]
     diffs, per_loop, sys_plain, sys_probed = _rl_rounds(t, specs, 1, lambda ps: sum(ps.hits()))
-    if any(h != RL_STEPS for h in per_loop):
-        seen = next(h for h in per_loop if h != RL_STEPS)
-        raise CalibrationError(f"count_torch: the probe saw {2 * seen:.0f} backward passes, expected {2 * RL_STEPS}",
+    if wrong := [h for h in per_loop if h != RL_STEPS]:
+        raise CalibrationError(f"count_torch: the probe saw {2 * wrong[0]:.0f} backward passes, expected {2 * RL_STEPS}",
                                hint="another monitor may be attached; try again")
     hits = float(RL_STEPS)
     total, floored = count_price(diffs, hits, floor)
