@@ -176,28 +176,31 @@ def test_a_torch_brackets_cost_is_split_as_the_c_brackets(torch_total, inside):
     assert got["kernel_share"] == 0.8
 
 
-@pytest.mark.parametrize("diffs, price, floored", [
-    ([30e6, 36e6, 33e6], 3300.0, False),              # 10,000 passes: 3.3 us each, above the floor
-    ([-4e6, 2e6, -1e6], 1300.0, True),                # the loops' difference inside their noise (CI read 0 ns)
+@pytest.mark.parametrize("diffs, price, median, lowest", [
+    ([30e6, 36e6, 33e6], 3000.0, 3300.0, 3000.0),      # 10,000 passes: every round above the floor
+    ([-4e6, 2e6, -1e6], 1300.0, -100.0, -400.0),       # the loops' difference inside their noise (CI read 0 ns)
+    ([-9e8, 8e8, 8.3e8, 7e8, 1e8], 1300.0, 70000.0, -90000.0),   # a noisy median (70 us a pass): not that
 ])
-def test_the_backward_counters_price_is_never_below_a_lone_c_probe(diffs, price, floored):
-    from rlscope_top.commands.calibrate import count_price
+def test_an_rl_loops_price_is_its_lowest_round_never_below_a_tight_loops(diffs, price, median, lowest):
+    from rlscope_top.commands.calibrate import loop_price
 
-    assert count_price(diffs, 10_000, 1300) == (pytest.approx(price), floored)
+    assert loop_price(diffs, 10_000, 1300.0) == (pytest.approx(price), pytest.approx(median), pytest.approx(lowest))
 
 
-@pytest.mark.parametrize("diffs, calls, outside, inside, rl", [
-    ([29e6, 31e6, 30e6], 10_000, 1590, 1410, 3000.0),  # the RL loop reads 3.0 us a call: priced at it
-    ([10e6, 12e6, 11e6], 10_000, 1325, 1175, 1100.0),  # below the tight loop's 2.5 us: kept that
-    ([5e6], 0, 1325, 1175, 0.0),                       # no call seen: the tight loop's
+@pytest.mark.parametrize("diffs, calls, outside, inside, rl, lowest", [
+    ([29e6, 31e6, 30e6], 10_000, 1537, 1363, 3000.0, 2900.0),   # every round above 2.5 us: priced at the lowest
+    ([10e6, 12e6, 11e6], 10_000, 1325, 1175, 1100.0, 1000.0),   # below the tight loop's 2.5 us: kept that
+    ([10e6, 48e6, 49e6, 50e6, 23e6], 10_000, 1325, 1175, 4800.0, 1000.0),   # a noisy median (CI): not priced at it
+    ([5e6], 0, 1325, 1175, 0.0, 0.0),                             # no call seen: the tight loop's
 ])
-def test_a_torch_brackets_price_is_what_it_costs_an_rl_loop_at_least_a_tight_ones(diffs, calls, outside, inside, rl):
+def test_a_torch_brackets_price_rises_above_a_tight_loops_only_as_far_as_every_rl_round_shows(
+        diffs, calls, outside, inside, rl, lowest):
     from rlscope_top.commands.calibrate import rl_bracket_price
 
     tight = {"outside": 1325, "inside": 1175, "kernel_share": 0.9}
-    price, read = rl_bracket_price(diffs, calls, tight)
+    price, read, low = rl_bracket_price(diffs, calls, tight)
     assert price == {"outside": outside, "inside": inside, "kernel_share": 0.9}   # tight's proportions
-    assert read == pytest.approx(rl)
+    assert (read, low) == (pytest.approx(rl), pytest.approx(lowest))
 
 
 @pytest.mark.parametrize("at, now, words", [

@@ -102,6 +102,7 @@ def test_exact_mode_corrects_toward_the_unprobed_program(ebpf, target, monitor, 
     s, truth, drift = _run(target, monitor, tmp_path, simlib, fresh_calibration, "--max-overhead", "100")
     assert all(s["sources"][f"{c}_s"] == "exact" for c in CATS), s["sources"]
     ours, raw = _shares(s["totals"]), _shares(s["raw"])
+    print("exact: ours", ours, "raw", raw, "truth", truth, "drift", drift)
     for c in CATS:
         assert abs(ours[c] - truth[c]) <= 0.10 + drift[c], (c, ours, truth, raw, drift)
     assert sum(abs(ours[c] - truth[c]) for c in CATS) < sum(abs(raw[c] - truth[c]) for c in CATS)
