@@ -176,10 +176,20 @@ def test_a_torch_brackets_cost_is_split_as_the_c_brackets(torch_total, inside):
     assert got["kernel_share"] == 0.8
 
 
+@pytest.mark.parametrize("diffs, price, floored", [
+    ([30e6, 36e6, 33e6], 3300.0, False),              # 10,000 passes: 3.3 us each, above the floor
+    ([-4e6, 2e6, -1e6], 1300.0, True),                # the loops' difference inside their noise (CI read 0 ns)
+])
+def test_the_backward_counters_price_is_never_below_a_lone_c_probe(diffs, price, floored):
+    from rlscope_top.commands.calibrate import count_price
+
+    assert count_price(diffs, 10_000, 1300) == (pytest.approx(price), floored)
+
+
 @pytest.mark.parametrize("diffs, price, median, lowest", [
-    ([30e6, 36e6, 33e6], 3000.0, 3300.0, 3000.0),      # 10,000 passes: every round above the floor
-    ([-4e6, 2e6, -1e6], 1300.0, -100.0, -400.0),       # the loops' difference inside their noise (CI read 0 ns)
-    ([-9e8, 8e8, 8.3e8, 7e8, 1e8], 1300.0, 70000.0, -90000.0),   # a noisy median (70 us a pass): not that
+    ([30e6, 36e6, 33e6], 3000.0, 3300.0, 3000.0),      # every round above the floor: the lowest
+    ([-4e6, 2e6, -1e6], 1300.0, -100.0, -400.0),       # the loops' difference inside their noise
+    ([-9e8, 8e8, 8.3e8, 7e8, 1e8], 1300.0, 70000.0, -90000.0),   # a noisy median (70 us a call): not that
 ])
 def test_an_rl_loops_price_is_its_lowest_round_never_below_a_tight_loops(diffs, price, median, lowest):
     from rlscope_top.commands.calibrate import loop_price
