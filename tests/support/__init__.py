@@ -47,13 +47,23 @@ def require_modules(modules: tuple[str, ...], env_var: str, extra: str) -> None:
         pytest.skip(why)
 
 
+def _hangup_default():
+    """Under ``nohup`` the suite's children would inherit SIGHUP ignored, and a monitor keeps it
+    so (as it should under nohup): the SIGHUP ending test then waited 60 s and failed in a
+    suite run with ``nohup bash .ci/run``. Children start with the default handler there, as
+    from a terminal; elsewhere nothing runs between fork and exec."""
+    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
+        return None
+    return lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 class Proc:
     """A child process whose stdout/stderr lines we can wait for (read by threads)."""
 
     def __init__(self, argv: list[str], **kw):
         self.argv = argv
         self.p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                  cwd=kw.pop("cwd", None), env=kw.pop("env", None))
+                                  cwd=kw.pop("cwd", None), env=kw.pop("env", None), preexec_fn=_hangup_default())
         self.out: list[str] = []
         self.err: list[str] = []
         self._cv = threading.Condition()
