@@ -186,17 +186,6 @@ def test_the_backward_counters_price_is_never_below_a_lone_c_probe(diffs, price,
     assert count_price(diffs, 10_000, 1300) == (pytest.approx(price), floored)
 
 
-@pytest.mark.parametrize("diffs, price, median, lowest", [
-    ([30e6, 36e6, 33e6], 3000.0, 3300.0, 3000.0),      # every round above the floor: the lowest
-    ([-4e6, 2e6, -1e6], 1300.0, -100.0, -400.0),       # the loops' difference inside their noise
-    ([-9e8, 8e8, 8.3e8, 7e8, 1e8], 1300.0, 70000.0, -90000.0),   # a noisy median (70 us a call): not that
-])
-def test_an_rl_loops_price_is_its_lowest_round_never_below_a_tight_loops(diffs, price, median, lowest):
-    from rlscope_top.commands.calibrate import loop_price
-
-    assert loop_price(diffs, 10_000, 1300.0) == (pytest.approx(price), pytest.approx(median), pytest.approx(lowest))
-
-
 @pytest.mark.parametrize("diffs, calls, outside, inside, rl, lowest", [
     ([29e6, 31e6, 30e6], 10_000, 1537, 1363, 3000.0, 2900.0),   # every round above 2.5 us: priced at the lowest
     ([10e6, 12e6, 11e6], 10_000, 1325, 1175, 1100.0, 1000.0),   # below the tight loop's 2.5 us: kept that

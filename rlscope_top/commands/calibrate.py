@@ -221,10 +221,10 @@ def count_price(diffs: list[float], hits: float, floor: float) -> tuple[float, b
     """ns per backward pass from the probed-minus-plain loop times, and whether it was raised
     to ``floor`` (the C loop's lone probe). The counter's cost is a few us in ~70 us steps, so a
     noisy machine can time the probed loop as fast as the plain one: it read 0 ns once in CI,
-    and a probe that costs nothing is never the answer. (Its rounds' median, not loop_price's
-    lowest round: on the Intel VM the rounds spread by 60-90 us a pass, so their lowest was
-    below the floor every time, and a counter priced at ~1 us where it costs ~3 was left on
-    at 9k passes a second, tests/test_ebpf_backward_counter.py.)
+    and a probe that costs nothing is never the answer. The rounds' median, not their lowest
+    as for the torch bracket (rl_bracket_price): on the Intel VM they spread by 60-90 us a
+    pass, so their lowest was below the floor every time, and a counter priced at ~1 us where
+    it costs ~3 was left on at 9k passes a second (tests/test_ebpf_backward_counter.py).
 
     Args:
         diffs: per round, probed minus plain loop time (ns).
@@ -233,30 +233,6 @@ def count_price(diffs: list[float], hits: float, floor: float) -> tuple[float, b
     """
     total = statistics.median(diffs) / hits if hits else 0.0
     return (total, False) if total >= floor else (float(floor), True)
-
-
-def loop_price(diffs: list[float], hits: float, floor: float) -> tuple[float, float, float]:
-    """ns per hit from RL-shaped loops: the lowest round's figure, never below ``floor``.
-
-    Each round's figure is a difference of two ~0.3 s loop times in which the probe is a small
-    part, so a change of the host's speed between them reads as a large change of the price.
-    On the Intel VM (2026-11-28) the torch bracket's rounds spread by 50-90% of their median,
-    and priced at the median (when above the tight loop's) exact-mode Python read -5.9 and
-    -25.6 pp on the phased trainer where the tight loop's price read +0.5 and +3.3
-    (docs/accuracy.md). The true median lies above the lowest of n rounds with probability
-    1 - 2**-n (97% with 5), whatever the noise, so the price is that lowest round.
-
-    Args:
-        diffs: per round, probed minus plain loop time (ns).
-        hits: the probe's hits in one loop.
-        floor: the least price to give (ns): the tight loop's.
-
-    Returns:
-        (the price, the rounds' median, their lowest), in ns per hit.
-    """
-    per_hit = sorted(d / hits for d in diffs) if hits > 0 else []
-    median, lowest = (statistics.median(per_hit), per_hit[0]) if per_hit else (0.0, 0.0)
-    return max(lowest, float(floor)), median, lowest
 
 
 def _rl_rounds(t: _Target, specs: list[ProbeSpec], k: int, hits_of) -> tuple[list, list, int, int]:
@@ -317,8 +293,16 @@ RL_UPDATE_EVERY = 8      # issue 16's loop: an SGD update every 8 steps
 
 
 def rl_bracket_price(diffs: list[float], calls: float, tight: dict) -> tuple[dict, float, float]:
-    """torch's bracket priced in the RL-shaped loop (loop_price: as far as every round shows it
-    above ``tight``'s total), split before and after the timestamps in ``tight``'s proportions.
+    """torch's bracket priced in the RL-shaped loop at its lowest round, never below ``tight``'s
+    total, split before and after the timestamps in ``tight``'s proportions.
+
+    Each round's figure is a difference of two ~0.3 s loop times in which the bracket is ~15%,
+    so a change of the host's speed between them reads as a large change of the price. On the
+    Intel VM (2026-11-28) the rounds spread by 50-90% of their median, and priced at the median
+    (when above the tight loop's) exact-mode Python read -5.9 and -25.6 pp on the phased
+    trainer where the tight loop's price read +0.5 and +3.3 (docs/accuracy.md). The true median
+    lies above the lowest of n rounds with probability 1 - 2**-n (97% with 5), whatever the
+    noise, so the loop raises the price only that far.
 
     Args:
         diffs: per round, probed minus plain loop time (ns).
@@ -330,7 +314,9 @@ def rl_bracket_price(diffs: list[float], calls: float, tight: dict) -> tuple[dic
         read at its median and at its lowest round, either of which may be below the price).
     """
     low = tight["outside"] + tight["inside"]
-    total, rl, lowest = loop_price(diffs, calls, low)
+    per_call = sorted(d / calls for d in diffs) if calls > 0 else []
+    rl, lowest = (statistics.median(per_call), per_call[0]) if per_call else (0.0, 0.0)
+    total = max(lowest, float(low))
     ins = round(total * tight["inside"] / low) if low else round(total) // 2
     return {**tight, "outside": round(total) - ins, "inside": ins}, rl, lowest
 
