@@ -6,6 +6,6 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 start=$(date +%s)
 rc=0
-.venv/bin/python -m pytest -raR "$@" || rc=$?
+.venv/bin/python -m pytest -raR --durations=30 "$@" || rc=$?
 echo "[test] wall time $(( $(date +%s) - start )) s (exit $rc)" >&2
 exit $rc

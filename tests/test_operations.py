@@ -58,6 +58,22 @@ def test_python_inside_a_simulation_operation_counts_as_simulation():
     assert env["samples"] == 50 and env["inclusive_share"] == pytest.approx(env["share"], abs=1e-6)
 
 
+def test_thread_rows_and_the_process_follow_the_simulation_rule():
+    """The demo's main-thread row read Python 7.29 s / Simulator 0.80 s under a table of
+    5.14 / 2.95: the rows now move the same 0.1 s of simulation Python as the totals, over
+    the Python threads by their Python time (0.7 : 0.1 here)."""
+    s = _summary()
+    rows = {r["tid"]: r for r in s["threads"]}
+    assert rows[42]["python_s"] == pytest.approx(0.7 - 0.1 * 0.7 / 0.8)
+    assert rows[42]["simulator_s"] == pytest.approx(0.4 + 0.1 * 0.7 / 0.8)
+    assert rows[43]["python_s"] == pytest.approx(0.1 - 0.1 * 0.1 / 0.8)
+    py = [r for r in s["threads"] if r["python_thread"]]
+    assert sum(r["python_s"] for r in py) == pytest.approx(s["totals"]["python_s"])
+    assert sum(r["simulator_s"] for r in s["threads"]) == pytest.approx(s["totals"]["simulator_s"])
+    (proc,) = s["processes"]
+    assert proc["totals"]["python_s"] == pytest.approx(0.7) and proc["simulation_python_s"] == pytest.approx(0.1)
+
+
 def _without_simulator_probes(records: list[dict]) -> list[dict]:
     """ops_stream() as a program with no simulator library: no simulator time, calls or
     transitions in its counters; its `env` operation's time is Python only."""

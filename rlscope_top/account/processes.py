@@ -51,6 +51,26 @@ def move_simulation_python(totals: dict, ops: dict[str, dict]) -> tuple[float, f
     return on, off
 
 
+def spread_simulation_python(threads: list[dict], moved_s: float) -> None:
+    """A process's thread rows follow its totals: the Python seconds its simulation
+    operations moved to Simulator come off its Python threads in proportion to their Python
+    time (operations are counted per process, not per thread; where one thread runs Python,
+    as in most RL programs, that is exact). Changes the rows in place.
+
+    Args:
+        threads: the process's thread rows (``python_thread``, ``python_s``, ``simulator_s``).
+        moved_s: the seconds ``move_simulation_python`` moved for the process.
+    """
+    mine = [r for r in threads if r.get("python_thread") and (r.get("python_s") or 0) > 0]
+    whole = sum(r["python_s"] for r in mine)
+    if moved_s <= 0 or not whole:
+        return
+    for r in mine:
+        take = min(r["python_s"], moved_s * r["python_s"] / whole)
+        r["python_s"] = round(r["python_s"] - take, 6)
+        r["simulator_s"] = round((r.get("simulator_s") or 0.0) + take, 6)
+
+
 def launchers(procs: list[dict], main_pid: int | None) -> set[int]:
     """The attached PID when it runs no Python, and the native processes below it that lead to
     the job (`bash run.sh` -> `timeout 3600 python train.py`): a Python process started by one

@@ -177,7 +177,7 @@ def _processes(acct: Accounting, all_threads: list[dict], wall_s: float) -> list
     stack samples)."""
     main_pid = acct.meta.get("pid")
     procs = acct.procs or ([{"pid": main_pid, "ppid": 0, "cmd": acct.meta.get("cmd", ""), "python": True,
-                             "exited": False, "role": None}] if main_pid else [])
+                             "exited": False, "role": None, "ops": list(acct.ops.values())}] if main_pid else [])
     cmd_of = {p["pid"]: p["cmd"] for p in procs}
     launcher = P.launchers(procs, main_pid)
     out = []
@@ -277,6 +277,9 @@ def figures(acct: Accounting, gpu: GpuView | None = None) -> dict:
     correction = main.pop("correction_s")
     per_op = main.pop("operations")
     threads = [_thread_row(acct, th, wall_s) for th in sorted(all_threads, key=lambda t: t["tid"])]
+    processes = _processes(acct, all_threads, wall_s)
+    for p in processes:       # a thread's row moves what its process's totals moved
+        P.spread_simulation_python([r for r in threads if r["pid"] == p["pid"]], p["simulation_python_s"] or 0.0)
     by_source = _overhead_by_source(acct, gpu)
     overhead_s = sum(by_source.values())
     labels_hits = acct.probe_hits()
@@ -296,7 +299,7 @@ def figures(acct: Accounting, gpu: GpuView | None = None) -> dict:
                        **per_op},
         "frameworks": FW.summarize(acct, [th for th in all_threads if th["py"]], main["totals"], main["calls"]),
         "threads": threads,
-        "processes": _processes(acct, all_threads, wall_s),
+        "processes": processes,
         "ranges": {n: {"count": r.count, "total_s": _s(r.total_ns)} for n, r in sorted(acct.ranges.items())},
         "probes": {"attached": {g: {"libs": libs,
                                     "probes": sum(2 if p["kind"] == "pair" else 1
