@@ -50,6 +50,10 @@ def check_summary(doc: dict) -> None:
         assert (th["python_s"] is None) == (not th["python_thread"])
     for part in ("critical_path", "cpu_s"):
         check_figures({k: v for k, v in doc["job"][part].items() if v is not None}, f"job.{part}")
+    # every on-CPU second of every thread is somewhere in the job's CPU view (a native
+    # thread's ticks in a probe's trap are its kernel time)
+    on = sum(th["on_cpu_s"] for th in doc["threads"])
+    assert sum(v or 0 for v in doc["job"]["cpu_s"].values()) == pytest.approx(on, rel=1e-4, abs=1e-4), doc["job"]
     for c, e in doc["estimates"].items():
         assert e["bound_pp"] is None or e["bound_pp"] >= 0
         assert e["windows"] >= 1 and e["state"] in ("ok", "estimating")

@@ -61,7 +61,7 @@ def streams(draw):
                 _grow_ops(rnd, cum[t], ops, op_names)
         threads = [R.thread(tid=t, name=f"t{t}", python=py[t], exited=False, ns=[list(x) for x in cum[t]["ns"]],
                             trans=[list(x) for x in cum[t]["trans"]], calls=list(cum[t]["calls"]),
-                            oh=list(cum[t]["oh"]), ticks=[0] + [rnd.randint(0, 9) for _ in range(5)])
+                            oh=list(cum[t]["oh"]), ticks=[0] + [rnd.randint(0, 9) for _ in range(6)])
                    for t in tids]
         oprecs = [R.operation(id=k + 1, name=o, kind="simulation" if o == "simulation" else "",
                               source="annotated", ns=[list(x) for x in ops[o]], trans=[[0] * 4] * 4,

@@ -161,8 +161,9 @@ def _job(acct: Accounting, all_threads: list[dict], main: dict) -> dict:
             cpu["python"] += on[0]
             continue
         w = _where(th) or {}
-        for c in ("python", "backend", "simulator", "cuda_api", "kernel"):   # python: frames read there
+        for c in ("python", "backend", "simulator", "cuda_api"):   # python: frames read there
             cpu[c] += on[0] * w.get(c, 0.0)
+        cpu["kernel"] += on[0] * sum(w.get(c, 0.0) for c in KERNEL_PLACES)    # a probe's trap is kernel time
         cpu["native"] += on[0] * (w.get("other", 0.0) if w else 1.0)
     n_py = sum(1 for th in all_threads if th["py"])
     return {"critical_path": crit, "cpu_s": {k: _s(v) for k, v in cpu.items()},
