@@ -46,8 +46,12 @@ def test_envpool_mujoco_counts_as_simulator_without_sim_lib(ebpf, envpool_instal
     # HalfCheetah: frame_skip 5, 2 envs, no episode ends within STEPS: every mj_step is seen
     assert s["probes"]["hits"]["mj_step"] == 2 * 5 * STEPS
     workers = {r["tid"] for r in s["threads"] if not r["python_thread"]}
-    sim = {r["tid"]: r["simulator_s"] for r in s["threads"] if r["simulator_s"]}
+    sim = {r["tid"]: r["simulator_s"] for r in s["threads"] if r["simulator_s"] and not r["python_thread"]}
     assert len(sim) == 2 and set(sim) <= workers, s["threads"]     # envpool's two C++ threads run MuJoCo
+    # the Python threads' Simulator time is their `simulation` operation's Python time: their
+    # rows add up to the totals
+    py_sim = sum(r["simulator_s"] or 0 for r in s["threads"] if r["python_thread"])
+    assert py_sim == pytest.approx(s["totals"]["simulator_s"], rel=0.02), s["threads"]
     assert all(r["simulator_s"] <= r["on_cpu_s"] + r["off_cpu_s"] for r in s["threads"])
     # totals sum Python threads only (today): their Simulator time is the main thread's
     # time inside envpool's step, named `simulation` by the built-in operation rule
