@@ -17,7 +17,7 @@ import pytest
 
 from rlscope_top.collect.budget import ALWAYS_ON_SHARE
 from rlscope_top.collect.calibration import Calibration
-from rlscope_top.commands.calibrate import COUNT_CEILING
+from rlscope_top.commands.calibrate import COUNT_RANGE
 
 from support import load_summary
 
@@ -38,8 +38,8 @@ def test_calibrate_prices_the_backward_counter_on_its_own_site(ebpf, calibration
     own = cal.hit_ns("count", True, "torch")
     assert abs(own - k["count_torch"]["outside"]) <= 1 and own > 0, k   # a lone probe: (outside + inside) / 2
     # ~3.5x on the AMD EPYC VM (2.6-4.3 us against ~0.95 us in four calibrations); never well below the C loop's trap
-    assert own >= 0.8 * c_loop, (own, c_loop)
-    assert own <= COUNT_CEILING * c_loop + 1, (own, c_loop)    # a noisy median (77 us) is not a price
+    lo, hi = COUNT_RANGE             # a noisy median (0 or 77 us) is not a price
+    assert lo * c_loop - 1 <= own <= hi * c_loop + 1, (own, c_loop)
     assert 0.05 <= k["count_torch"]["kernel_share"] <= 1.0
 
 
