@@ -50,6 +50,12 @@ def check_summary(doc: dict) -> None:
         assert (th["python_s"] is None) == (not th["python_thread"])
     for part in ("critical_path", "cpu_s"):
         check_figures({k: v for k, v in doc["job"][part].items() if v is not None}, f"job.{part}")
+    # the processes move what the job's totals move to Simulator (net of the estimates)
+    moved = (doc.get("simulation_split") or {}).get("python_s") or 0.0
+    procs = doc.get("processes") or []
+    if procs and moved and not estimating and all((p["totals"]["python_s"] or 0) > 0 for p in procs):   # none capped
+        got = sum(p["simulation_python_s"] or 0 for p in procs)
+        assert got == pytest.approx(moved, rel=1e-3, abs=1e-4), (got, moved, doc["processes"])
     # every on-CPU second of every thread is somewhere in the job's CPU view (a native
     # thread's ticks in a probe's trap are its kernel time)
     on = sum(th["on_cpu_s"] for th in doc["threads"])

@@ -32,21 +32,34 @@ def op_seconds(mine: list[dict] | None, job_ops: dict[int, dict]) -> dict[str, d
     return out
 
 
-def move_simulation_python(totals: dict, ops: dict[str, dict]) -> tuple[float, float]:
+def simulation_python_s(ops: dict[str, dict]) -> float:
+    """Seconds of Python inside a process's simulation operations, as counted (before the
+    budget's estimates took their share of Python)."""
+    return sum(sum(o["ns"]["python"]) for o in ops.values() if o["kind"] == "simulation")
+
+
+def move_simulation_python(totals: dict, ops: dict[str, dict], scale: float = 1.0) -> tuple[float, float]:
     """Python time inside a process's simulation operations counts as Simulator, as in the
     job's totals (operations.simulation_python_ns). Changes ``totals`` in place.
+
+    Args:
+        totals: the process's totals.
+        ops: its operations (``op_seconds``).
+        scale: the job's moved seconds over the processes' counted ones: the job's rows move
+            Python net of the budget's estimates (operations.py), which are not kept per
+            process; this makes the processes add up to the job.
 
     Returns:
         the [on, off]-CPU seconds moved.
     """
-    on = sum(o["ns"]["python"][0] for o in ops.values() if o["kind"] == "simulation")
-    off = sum(o["ns"]["python"][1] for o in ops.values() if o["kind"] == "simulation")
+    on = scale * sum(o["ns"]["python"][0] for o in ops.values() if o["kind"] == "simulation")
+    off = scale * sum(o["ns"]["python"][1] for o in ops.values() if o["kind"] == "simulation")
     py = totals.get("python_s") or 0.0
     if not (on or off) or not py:
         return 0.0, 0.0
     f = min(1.0, py / (on + off))
     on, off = on * f, off * f
-    totals["python_s"] = round(py - on - off, 6)
+    totals["python_s"] = max(0.0, round(py - on - off, 6))     # never -0.0
     totals["simulator_s"] = round((totals.get("simulator_s") or 0.0) + on + off, 6)
     return on, off
 
@@ -67,7 +80,7 @@ def spread_simulation_python(threads: list[dict], moved_s: float) -> None:
         return
     for r in mine:
         take = min(r["python_s"], moved_s * r["python_s"] / whole)
-        r["python_s"] = round(r["python_s"] - take, 6)
+        r["python_s"] = max(0.0, round(r["python_s"] - take, 6))
         r["simulator_s"] = round((r.get("simulator_s") or 0.0) + take, 6)
 
 

@@ -170,7 +170,7 @@ def _job(acct: Accounting, all_threads: list[dict], main: dict) -> dict:
             "threads": {"python": n_py, "native": len(all_threads) - n_py}}
 
 
-def _processes(acct: Accounting, all_threads: list[dict], wall_s: float) -> list[dict]:
+def _processes(acct: Accounting, all_threads: list[dict], wall_s: float, sim_python_s: float = 0.0) -> list[dict]:
     """Per process of the job: its command, role, totals, calls, transitions and the time its
     Python threads waited off-CPU outside probed calls (on a worker, a pipe, a queue, a lock),
     with what its main thread waited for (``waits_for``: sampled, collect/waits.py).
@@ -181,6 +181,8 @@ def _processes(acct: Accounting, all_threads: list[dict], wall_s: float) -> list
                              "exited": False, "role": None, "ops": list(acct.ops.values())}] if main_pid else [])
     cmd_of = {p["pid"]: p["cmd"] for p in procs}
     launcher = P.launchers(procs, main_pid)
+    counted = sum(P.simulation_python_s(P.op_seconds(p.get("ops"), acct.ops)) for p in procs)
+    scale = sim_python_s / counted if counted else 0.0     # the job's move, net of its estimates
     out = []
     for p in procs:
         mine = P.threads_of(all_threads, p["pid"], main_pid)
@@ -189,7 +191,7 @@ def _processes(acct: Accounting, all_threads: list[dict], wall_s: float) -> list
         totals = {k: v for k, v in f["totals"].items() if k != "gpu_s"}
         totals["wall_s"] = _watched_s(mine, wall_s)
         ops = P.op_seconds(p.get("ops"), acct.ops)
-        moved = P.move_simulation_python(totals, ops)
+        moved = P.move_simulation_python(totals, ops, scale)
         waiting = job["critical_path"]["waiting_s"]
         op_s = {n: _s(sum(sum(x) for x in o["ns"].values()) * 1e9) for n, o in ops.items()}
         out.append({"pid": p["pid"], "ppid": p["ppid"], "command": p["cmd"],
@@ -278,7 +280,7 @@ def figures(acct: Accounting, gpu: GpuView | None = None) -> dict:
     correction = main.pop("correction_s")
     per_op = main.pop("operations")
     threads = [_thread_row(acct, th, wall_s) for th in sorted(all_threads, key=lambda t: t["tid"])]
-    processes = _processes(acct, all_threads, wall_s)
+    processes = _processes(acct, all_threads, wall_s, (main.get("simulation_split") or {}).get("python_s") or 0.0)
     for p in processes:       # a thread's row moves what its process's totals moved
         P.spread_simulation_python([r for r in threads if r["pid"] == p["pid"]], p["simulation_python_s"] or 0.0)
     by_source = _overhead_by_source(acct, gpu)
