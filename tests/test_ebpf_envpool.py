@@ -91,4 +91,7 @@ def test_envpool_classic_control_threads_count_as_simulator_without_a_probe(ebpf
     # user-space ticks, 68-74% of the job's were in envpool's module, the rest in libc.
     assert sim >= 0.5 * user > 0, workers
     assert sum(r["category"] == "simulator" for r in workers if r["on_cpu_s"] > 0.1) >= 2, workers
-    assert s["job"]["cpu_s"]["simulator"] == pytest.approx(sim, rel=0.05, abs=0.01), (s["job"], workers)
+    # the workers' ticks in the simulator, and the main thread's on-CPU Python inside its
+    # `simulation` operation (the built-in envpool rule), which counts as Simulator there too
+    moved = (s.get("simulation_split") or {}).get("python_s") or 0.0
+    assert sim * 0.95 - 0.01 <= s["job"]["cpu_s"]["simulator"] <= sim * 1.05 + moved + 0.01, (s["job"], workers, moved)

@@ -72,6 +72,10 @@ def test_thread_rows_and_the_process_follow_the_simulation_rule():
     assert sum(r["simulator_s"] for r in s["threads"]) == pytest.approx(s["totals"]["simulator_s"])
     (proc,) = s["processes"]
     assert proc["totals"]["python_s"] == pytest.approx(0.7) and proc["simulation_python_s"] == pytest.approx(0.1)
+    # the CPU view too: env's 0.1 s of on-CPU Python is Simulator (0.3 probed + 0.1)
+    for cpu in (s["job"]["cpu_s"], proc["cpu_s"]):
+        assert cpu["python"] == pytest.approx(s["split"]["python"]["on_cpu_s"]) == pytest.approx(0.5)
+        assert cpu["simulator"] == pytest.approx(s["split"]["simulator"]["on_cpu_s"]) == pytest.approx(0.4)
 
 
 def _without_simulator_probes(records: list[dict]) -> list[dict]:

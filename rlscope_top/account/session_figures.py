@@ -38,12 +38,13 @@ def _figures(acct: Accounting, threads: list[dict], wall_s: float, ops: bool = F
         # the totals are the parts' sum: operations always add up to them, estimated or not
         split = {c: [sum(r["ns"][c][k] for r in rows) for k in (0, 1)] for c in CATEGORIES}
     sim_py = O.simulation_python_ns(rows)
+    moved = [0.0, 0.0]
     if any(sim_py):
         have = have | {"simulator"}
         for k in (0, 1):
-            moved = min(sim_py[k], split["python"][k])     # never below zero (estimates took some)
-            split["python"][k] -= moved
-            split["simulator"][k] += moved
+            moved[k] = min(sim_py[k], split["python"][k])     # never below zero (estimates took some)
+            split["python"][k] -= moved[k]
+            split["simulator"][k] += moved[k]
     totals = _totals(split, have, wall_s)
     raw = _totals(b["split"], have, wall_s)
     nc = acct.breakdown(call_threads)["calls"] if call_threads is not None else b["calls"]
@@ -59,6 +60,7 @@ def _figures(acct: Accounting, threads: list[dict], wall_s: float, ops: bool = F
            "correction_s": {c: _s(b["oh"][c]) for c in CATEGORIES if c in have}}
     if any(sim_py):
         out["simulation_split"] = {"python_s": _s(sum(sim_py)), "native_s": _s(sum(split["simulator"]) - sum(sim_py))}
+        out["_moved_on_s"] = _s(moved[0])      # for the job's CPU view; not in the document
     if ops:
         cat_total = sum(sum(v) for v in split.values())
         rows = rows if acct.ops else []
@@ -136,7 +138,7 @@ def _thread_row(acct: Accounting, th: dict, wall_s: float) -> dict:
     return row
 
 
-def _job(acct: Accounting, all_threads: list[dict], main: dict) -> dict:
+def _job(acct: Accounting, all_threads: list[dict], main: dict, moved_on_s: float = 0.0) -> dict:
     """The whole job two ways. ``critical_path``: the Python threads' wall time (RL-Scope's
     view), with their off-CPU time outside probed calls as ``waiting_s`` (blocked on a worker,
     a queue, a lock, I/O), not Python, and ``runnable_s``: their off-CPU time, in any category,
@@ -166,8 +168,19 @@ def _job(acct: Accounting, all_threads: list[dict], main: dict) -> dict:
         cpu["kernel"] += on[0] * sum(w.get(c, 0.0) for c in KERNEL_PLACES)    # a probe's trap is kernel time
         cpu["native"] += on[0] * (w.get("other", 0.0) if w else 1.0)
     n_py = sum(1 for th in all_threads if th["py"])
-    return {"critical_path": crit, "cpu_s": {k: _s(v) for k, v in cpu.items()},
+    cpu_s = {k: _s(v) for k, v in cpu.items()}
+    _simulation_on_cpu(cpu_s, moved_on_s)
+    return {"critical_path": crit, "cpu_s": cpu_s,
             "threads": {"python": n_py, "native": len(all_threads) - n_py}}
+
+
+def _simulation_on_cpu(cpu: dict, on_s: float) -> None:
+    """The CPU view follows the simulation rule too: on-CPU Python inside simulation operations
+    is Simulator (CartPole's step is Python, and it is the simulator). Changes ``cpu`` in place."""
+    take = min(cpu.get("python") or 0.0, on_s)
+    if take > 0:
+        cpu["python"] = max(0.0, round(cpu["python"] - take, 6))
+        cpu["simulator"] = round((cpu.get("simulator") or 0.0) + take, 6)
 
 
 def _processes(acct: Accounting, all_threads: list[dict], wall_s: float, sim_python_s: float = 0.0) -> list[dict]:
@@ -192,6 +205,7 @@ def _processes(acct: Accounting, all_threads: list[dict], wall_s: float, sim_pyt
         totals["wall_s"] = _watched_s(mine, wall_s)
         ops = P.op_seconds(p.get("ops"), acct.ops)
         moved = P.move_simulation_python(totals, ops, scale)
+        _simulation_on_cpu(job["cpu_s"], moved[0])
         waiting = job["critical_path"]["waiting_s"]
         op_s = {n: _s(sum(sum(x) for x in o["ns"].values()) * 1e9) for n, o in ops.items()}
         out.append({"pid": p["pid"], "ppid": p["ppid"], "command": p["cmd"],
@@ -278,6 +292,7 @@ def figures(acct: Accounting, gpu: GpuView | None = None) -> dict:
     all_threads = acct.all_threads()          # the budget's estimates, computed once
     main = _figures(acct, [th for th in all_threads if th["py"]], wall_s, ops=True, call_threads=all_threads)
     correction = main.pop("correction_s")
+    moved_on_s = main.pop("_moved_on_s", 0.0)
     per_op = main.pop("operations")
     threads = [_thread_row(acct, th, wall_s) for th in sorted(all_threads, key=lambda t: t["tid"])]
     processes = _processes(acct, all_threads, wall_s, (main.get("simulation_split") or {}).get("python_s") or 0.0)
@@ -297,7 +312,7 @@ def figures(acct: Accounting, gpu: GpuView | None = None) -> dict:
         **main,
         "shares": _shares(main["totals"]),
         "estimates": _estimates(acct, main["totals"]),
-        "job": _job(acct, all_threads, main),
+        "job": _job(acct, all_threads, main, moved_on_s),
         "operations": {ALL_OP: {**main["totals"], "calls": main["calls"], "transitions": main["transitions"]},
                        **per_op},
         "frameworks": FW.summarize(acct, [th for th in all_threads if th["py"]], main["totals"], main["calls"]),
