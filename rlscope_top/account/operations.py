@@ -147,7 +147,8 @@ def inclusive_shares(rows: list[dict], entries: dict) -> None:
 
 
 def simulation_python_ns(rows: list[dict]) -> list[float]:
-    """[on, off] Python ns inside simulation operations (moved to simulator in the totals)."""
+    """[on, off] Python time inside simulation operations (moved to simulator in the totals),
+    in the rows' unit (ns here; seconds for processes.op_seconds' rows)."""
     on = sum(r["ns"]["python"][0] for r in rows if r["kind"] == "simulation")
     off = sum(r["ns"]["python"][1] for r in rows if r["kind"] == "simulation")
     return [on, off]

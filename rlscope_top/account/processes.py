@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..ring.records import SHARED
 from ..vocab import CATEGORIES
+from .operations import simulation_python_ns
 
 ROLE_MAIN = "main"
 ROLE_LAUNCHER = "launcher"          # the attached PID, when it runs no Python (a shell, tini)
@@ -32,10 +33,18 @@ def op_seconds(mine: list[dict] | None, job_ops: dict[int, dict]) -> dict[str, d
     return out
 
 
-def simulation_python_s(ops: dict[str, dict]) -> float:
-    """Seconds of Python inside a process's simulation operations, as counted (before the
-    budget's estimates took their share of Python)."""
-    return sum(sum(o["ns"]["python"]) for o in ops.values() if o["kind"] == "simulation")
+def shift_seconds(d: dict, frm: str, to: str, s: float) -> float:
+    """Move ``s`` seconds of ``d[frm]`` to ``d[to]`` (at most what ``frm`` holds, never leaving
+    -0.0), rounded as the summary rounds. Changes ``d`` in place.
+
+    Returns:
+        the seconds moved.
+    """
+    take = min(d.get(frm) or 0.0, s)
+    if take > 0:
+        d[frm] = max(0.0, round(d[frm] - take, 6))
+        d[to] = round((d.get(to) or 0.0) + take, 6)
+    return max(0.0, take)
 
 
 def move_simulation_python(totals: dict, ops: dict[str, dict], scale: float = 1.0) -> tuple[float, float]:
@@ -52,15 +61,13 @@ def move_simulation_python(totals: dict, ops: dict[str, dict], scale: float = 1.
     Returns:
         the [on, off]-CPU seconds moved.
     """
-    on = scale * sum(o["ns"]["python"][0] for o in ops.values() if o["kind"] == "simulation")
-    off = scale * sum(o["ns"]["python"][1] for o in ops.values() if o["kind"] == "simulation")
+    on, off = (scale * x for x in simulation_python_ns(list(ops.values())))
     py = totals.get("python_s") or 0.0
     if not (on or off) or not py:
         return 0.0, 0.0
     f = min(1.0, py / (on + off))
     on, off = on * f, off * f
-    totals["python_s"] = max(0.0, round(py - on - off, 6))     # never -0.0
-    totals["simulator_s"] = round((totals.get("simulator_s") or 0.0) + on + off, 6)
+    shift_seconds(totals, "python_s", "simulator_s", on + off)
     return on, off
 
 
@@ -79,9 +86,7 @@ def spread_simulation_python(threads: list[dict], moved_s: float) -> None:
     if moved_s <= 0 or not whole:
         return
     for r in mine:
-        take = min(r["python_s"], moved_s * r["python_s"] / whole)
-        r["python_s"] = max(0.0, round(r["python_s"] - take, 6))
-        r["simulator_s"] = round((r.get("simulator_s") or 0.0) + take, 6)
+        shift_seconds(r, "python_s", "simulator_s", moved_s * r["python_s"] / whole)
 
 
 def launchers(procs: list[dict], main_pid: int | None) -> set[int]:

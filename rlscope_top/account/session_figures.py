@@ -169,18 +169,9 @@ def _job(acct: Accounting, all_threads: list[dict], main: dict, moved_on_s: floa
         cpu["native"] += on[0] * (w.get("other", 0.0) if w else 1.0)
     n_py = sum(1 for th in all_threads if th["py"])
     cpu_s = {k: _s(v) for k, v in cpu.items()}
-    _simulation_on_cpu(cpu_s, moved_on_s)
+    P.shift_seconds(cpu_s, "python", "simulator", moved_on_s)    # the simulation rule, as in the totals
     return {"critical_path": crit, "cpu_s": cpu_s,
             "threads": {"python": n_py, "native": len(all_threads) - n_py}}
-
-
-def _simulation_on_cpu(cpu: dict, on_s: float) -> None:
-    """The CPU view follows the simulation rule too: on-CPU Python inside simulation operations
-    is Simulator (CartPole's step is Python, and it is the simulator). Changes ``cpu`` in place."""
-    take = min(cpu.get("python") or 0.0, on_s)
-    if take > 0:
-        cpu["python"] = max(0.0, round(cpu["python"] - take, 6))
-        cpu["simulator"] = round((cpu.get("simulator") or 0.0) + take, 6)
 
 
 def _processes(acct: Accounting, all_threads: list[dict], wall_s: float, sim_python_s: float = 0.0) -> list[dict]:
@@ -194,18 +185,18 @@ def _processes(acct: Accounting, all_threads: list[dict], wall_s: float, sim_pyt
                              "exited": False, "role": None, "ops": list(acct.ops.values())}] if main_pid else [])
     cmd_of = {p["pid"]: p["cmd"] for p in procs}
     launcher = P.launchers(procs, main_pid)
-    counted = sum(P.simulation_python_s(P.op_seconds(p.get("ops"), acct.ops)) for p in procs)
+    ops_of = [P.op_seconds(p.get("ops"), acct.ops) for p in procs]
+    counted = sum(sum(O.simulation_python_ns(list(ops.values()))) for ops in ops_of)
     scale = sim_python_s / counted if counted else 0.0     # the job's move, net of its estimates
     out = []
-    for p in procs:
+    for p, ops in zip(procs, ops_of):
         mine = P.threads_of(all_threads, p["pid"], main_pid)
         f = _figures(acct, [th for th in mine if th["py"]], wall_s, call_threads=mine)
         job = _job(acct, mine, f)
         totals = {k: v for k, v in f["totals"].items() if k != "gpu_s"}
         totals["wall_s"] = _watched_s(mine, wall_s)
-        ops = P.op_seconds(p.get("ops"), acct.ops)
         moved = P.move_simulation_python(totals, ops, scale)
-        _simulation_on_cpu(job["cpu_s"], moved[0])
+        P.shift_seconds(job["cpu_s"], "python", "simulator", moved[0])
         waiting = job["critical_path"]["waiting_s"]
         op_s = {n: _s(sum(sum(x) for x in o["ns"].values()) * 1e9) for n, o in ops.items()}
         out.append({"pid": p["pid"], "ppid": p["ppid"], "command": p["cmd"],
@@ -297,7 +288,8 @@ def figures(acct: Accounting, gpu: GpuView | None = None) -> dict:
     threads = [_thread_row(acct, th, wall_s) for th in sorted(all_threads, key=lambda t: t["tid"])]
     processes = _processes(acct, all_threads, wall_s, (main.get("simulation_split") or {}).get("python_s") or 0.0)
     for p in processes:       # a thread's row moves what its process's totals moved
-        P.spread_simulation_python([r for r in threads if r["pid"] == p["pid"]], p["simulation_python_s"] or 0.0)
+        if p["simulation_python_s"]:
+            P.spread_simulation_python(P.threads_of(threads, p["pid"], meta.get("pid")), p["simulation_python_s"])
     by_source = _overhead_by_source(acct, gpu)
     overhead_s = sum(by_source.values())
     labels_hits = acct.probe_hits()
