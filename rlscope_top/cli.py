@@ -261,6 +261,13 @@ def _command(ns: argparse.Namespace) -> list[str]:
 
 
 def _dispatch(ns: argparse.Namespace) -> int:
+    if ns.cmd in ("doctor", "view", "compare", "symbols", "replay", "export", "calibrate"):
+        return _tool(ns)
+    return _attaching(ns)
+
+
+def _tool(ns: argparse.Namespace) -> int:
+    """The commands that attach to nothing: their exit code."""
     if ns.cmd == "doctor":
         from .commands.doctor import run as doctor  # noqa: PLC0415 - keep startup light
         return doctor(ns.pid)
@@ -285,10 +292,13 @@ def _dispatch(ns: argparse.Namespace) -> int:
     if ns.cmd == "export":
         from .report.export import run as export  # noqa: PLC0415
         return export(ns.recording, ns.format, ns.output)
-    if ns.cmd == "calibrate":
-        from .commands.calibrate import run as calibrate  # noqa: PLC0415
-        calibrate()
-        return 0
+    from .commands.calibrate import run as calibrate  # noqa: PLC0415
+    calibrate()
+    return 0
+
+
+def _attaching(ns: argparse.Namespace) -> int:
+    """attach, run and demo (and --ebpf, which prints the program they would load)."""
     if ns.ebpf:
         from .probes.program import program_text  # noqa: PLC0415
         from .collect.session import specs_for  # noqa: PLC0415

@@ -57,24 +57,7 @@ class Accounting:
             if t == R.META:
                 self.meta = r
             elif t == R.COUNTERS:
-                self.last_ts = max(self.last_ts, r["ts"])
-                self.hits = r["hits"]
-                self.live_overhead_pct = r.get("oh_pct", 0.0)
-                # each counters record lists every thread (the exited ones folded): keeping a
-                # thread's last live record after it was folded counted it twice, and grew
-                # with every thread a churning program ever made (+237 MB/h at 3000 threads/s)
-                self.threads = {th["tid"]: th for th in r["threads"]}
-                for o in r.get("ops", ()):
-                    self.ops[o["id"]] = o
-                if "sampler" in r:
-                    self.sampler = r["sampler"]
-                if "cost" in r:
-                    self.cost = r["cost"]
-                if "prices" in r:
-                    self.prices = r["prices"]
-                if "procs" in r:
-                    self.procs = r["procs"]
-                self.event_drops = r.get("event_drops", self.event_drops)
+                self._counters(r)
             elif t == R.INTERVALS:
                 for tid, kind, name, t0, t1 in r["items"]:
                     if kind == "range":
@@ -84,29 +67,51 @@ class Accounting:
             elif t == R.NOTE:
                 self.notes.append(r)
             elif t == R.EVENTS:
-                if self.engine is None:
-                    self.engine = Engine(self.meta.get("t0", 0), self.meta.get("tids0", []), keep_busy=True)
-                for ts, tid, kind, cat in r["items"]:
-                    self.engine.add(ts, tid, kind, cat)
-                self.engine.advance()
-            elif t == R.MODE and r["category"] not in CATEGORIES:
-                self._budget_step(r)
-                self.source_modes[r["category"]] = r["mode"]
+                self._events(r)
             elif t == R.MODE:
-                self._budget_step(r)
-                cat = r["category"]
-                self.modes[cat] = r["mode"]
-                est = self.estimates.get(cat)
-                if est is None:
-                    est = self.estimates[cat] = CategoryEstimate(CATEGORIES.index(cat), self.meta.get("t0", 0))
-                est.by_sites = self.by_sites()
-                # at the counters' own time: the collector writes counters just before a mode change
-                est.change(r["mode"], self.last_ts or r["ts"], self.threads, self.ops)
-                self._est_cache = None
+                self._mode(r)
             elif t == R.END:
                 self.end_reason = r["reason"]
                 if self.engine is not None:
                     self.engine.advance(final_ts=self.last_ts)
+
+    def _counters(self, r: dict) -> None:
+        self.last_ts = max(self.last_ts, r["ts"])
+        self.hits = r["hits"]
+        self.live_overhead_pct = r.get("oh_pct", 0.0)
+        # each counters record lists every thread (the exited ones folded): keeping a
+        # thread's last live record after it was folded counted it twice, and grew
+        # with every thread a churning program ever made (+237 MB/h at 3000 threads/s)
+        self.threads = {th["tid"]: th for th in r["threads"]}
+        for o in r.get("ops", ()):
+            self.ops[o["id"]] = o
+        for key in ("sampler", "cost", "prices", "procs"):
+            if key in r:
+                setattr(self, key, r[key])
+        self.event_drops = r.get("event_drops", self.event_drops)
+
+    def _events(self, r: dict) -> None:
+        if self.engine is None:
+            self.engine = Engine(self.meta.get("t0", 0), self.meta.get("tids0", []), keep_busy=True)
+        for ts, tid, kind, cat in r["items"]:
+            self.engine.add(ts, tid, kind, cat)
+        self.engine.advance()
+
+    def _mode(self, r: dict) -> None:
+        """A budget step: a source's mode, or a category's, whose estimate changes mode at the
+        counters' own time (the collector writes counters just before a mode change)."""
+        self._budget_step(r)
+        cat = r["category"]
+        if cat not in CATEGORIES:
+            self.source_modes[cat] = r["mode"]
+            return
+        self.modes[cat] = r["mode"]
+        est = self.estimates.get(cat)
+        if est is None:
+            est = self.estimates[cat] = CategoryEstimate(CATEGORIES.index(cat), self.meta.get("t0", 0))
+        est.by_sites = self.by_sites()
+        est.change(r["mode"], self.last_ts or r["ts"], self.threads, self.ops)
+        self._est_cache = None
 
     def by_sites(self) -> bool:
         """Whether the kernel places the Python threads' ticks by call site (its stack sampler)."""

@@ -290,9 +290,6 @@ def figures(acct: Accounting, gpu: GpuView | None = None) -> dict:
     for p in processes:       # a thread's row moves what its process's totals moved
         if p["simulation_python_s"]:
             P.spread_simulation_python(P.threads_of(threads, p["pid"], meta.get("pid")), p["simulation_python_s"])
-    by_source = _overhead_by_source(acct, gpu)
-    overhead_s = sum(by_source.values())
-    labels_hits = acct.probe_hits()
     started = dt.datetime.fromtimestamp(meta.get("wall0", 0), dt.timezone.utc).isoformat(timespec="seconds")
     doc = {
         "pid": meta.get("pid"),
@@ -311,25 +308,9 @@ def figures(acct: Accounting, gpu: GpuView | None = None) -> dict:
         "threads": threads,
         "processes": processes,
         "ranges": {n: {"count": r.count, "total_s": _s(r.total_ns)} for n, r in sorted(acct.ranges.items())},
-        "probes": {"attached": {g: {"libs": libs,
-                                    "probes": sum(2 if p["kind"] == "pair" else 1
-                                                  for p in meta.get("probes", []) if p["group"] == g)}
-                                for g, libs in meta.get("groups", {}).items()},
-                   "missing": meta.get("missing", {}), "hits": labels_hits,
-                   "dropped_events": acct.event_drops,
-                   "program": meta.get("program") or NA},
-        "overhead": {"probe_hits": sum(acct.hits), "estimated_s": round(overhead_s, 6),
-                     "estimated_pct": round(100 * overhead_s / wall_s, 3) if wall_s else NA,
-                     "by_category_s": correction,
-                     "by_source_s": {k: round(v, 6) for k, v in by_source.items()},
-                     "calibrated": bool(meta.get("calibrated")), "measured_prices": acct.prices or NA,
-                     "detach_s": NA},
-        "budget": {"max_overhead_pct": meta.get("max_overhead_pct"),
-                   "modes": {**{c: e["mode"] for c, e in acct.estimate_info().items()}, **acct.source_modes},
-                   "samples": {c: acct.samples(c) for c in acct.modes},
-                   "steps": [{"at_s": round((r["ts"] - (meta.get("t0") or r["ts"])) / 1e9, 3),
-                              "category": r["category"], "mode": r["mode"],
-                              "overhead_pct": round(r["overhead_pct"], 2)} for r in acct.budget_steps]},
+        "probes": _probes(acct),
+        "overhead": _overhead(acct, gpu, wall_s, correction),
+        "budget": _budget(acct),
         "sampler": _sampler(acct, wall_s),
         "timeline": _timeline(acct),
         "sources": _sources(acct),
@@ -341,6 +322,38 @@ def figures(acct: Accounting, gpu: GpuView | None = None) -> dict:
     place_gpu(doc, gpu, acct.python_busy() if gpu.raw is not None else None)   # gpu_s, overlap_s, `gpu`
     _hide_unknown(doc)
     return doc
+
+
+def _probes(acct: Accounting) -> dict:
+    """The summary's ``probes``: what attached where, what is missing, hits, the program."""
+    meta = acct.meta
+    return {"attached": {g: {"libs": libs,
+                             "probes": sum(2 if p["kind"] == "pair" else 1
+                                           for p in meta.get("probes", []) if p["group"] == g)}
+                         for g, libs in meta.get("groups", {}).items()},
+            "missing": meta.get("missing", {}), "hits": acct.probe_hits(), "dropped_events": acct.event_drops,
+            "program": meta.get("program") or NA}
+
+
+def _overhead(acct: Accounting, gpu: GpuView, wall_s: float, correction: dict) -> dict:
+    """The summary's ``overhead``: the self-report, by category and by source (detach_s is
+    filled in after the detach)."""
+    by_source = _overhead_by_source(acct, gpu)
+    overhead_s = sum(by_source.values())
+    return {"probe_hits": sum(acct.hits), "estimated_s": round(overhead_s, 6),
+            "estimated_pct": round(100 * overhead_s / wall_s, 3) if wall_s else NA,
+            "by_category_s": correction, "by_source_s": {k: round(v, 6) for k, v in by_source.items()},
+            "calibrated": bool(acct.meta.get("calibrated")), "measured_prices": acct.prices or NA, "detach_s": NA}
+
+
+def _budget(acct: Accounting) -> dict:
+    """The summary's ``budget``: each category's mode, its timed samples and the steps taken."""
+    t0 = acct.meta.get("t0")
+    return {"max_overhead_pct": acct.meta.get("max_overhead_pct"),
+            "modes": {**{c: e["mode"] for c, e in acct.estimate_info().items()}, **acct.source_modes},
+            "samples": {c: acct.samples(c) for c in acct.modes},
+            "steps": [{"at_s": round((r["ts"] - (t0 or r["ts"])) / 1e9, 3), "category": r["category"],
+                       "mode": r["mode"], "overhead_pct": round(r["overhead_pct"], 2)} for r in acct.budget_steps]}
 
 
 def _overhead_by_source(acct: Accounting, gpu: GpuView) -> dict[str, float]:

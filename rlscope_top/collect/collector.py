@@ -86,26 +86,11 @@ class Collector(OperationSources, BudgetLoop, RecordBuilder):
         """Compile, attach and begin counting. Raises typed errors with hints."""
         self.cost.before_attach()                # the compile below is the target's unprobed stretch
         self._attach_began = time.monotonic()
-        try:
-            self.probes.load()
-        except BccUnavailable as e:
-            raise BccMissing(f"the bcc Python module is not importable: {e}", pid=self.pid,
-                             hint="run `sudo bash scripts/setup.sh` (installs python3-bpfcc) and use .venv/bin/rlscope-top") from None
-        except RuntimeError as e:             # the compiler's (or the kernel's) words
-            raise BpfCompileError(f"cannot compile the eBPF program: {_last_line(e)}", pid=self.pid,
-                                  hint="install or link the kernel headers: `sudo bash scripts/setup.sh`, then `rlscope-top doctor`") from None
+        self._load()
         self.program = {"from": self.probes.compiled}
         self.mark_attach_step("load_s")
         self.cost.probes_in()
-        try:
-            if self.budget.max_pct < EXACT_PCT:    # exact mode times every call from t0: nothing to price
-                self.probes.count_first()        # BudgetLoop._first_window times what fits
-            self.t0_ns = self.probes.start()
-            self._count_from = (time.monotonic(), self.probes.hits())
-        except Exception as e:
-            self.probes.stop()
-            raise AttachError(f"cannot attach probes to PID {self.pid}: {_last_line(e)}", pid=self.pid,
-                              hint="check `rlscope-top doctor`; tracefs must be mounted and you must be root") from None
+        self._attach()
         self.cost.begin()
         self.mark_attach_step("attach_s")
         self._last_scan = self._last_meta = time.monotonic()
@@ -120,17 +105,7 @@ class Collector(OperationSources, BudgetLoop, RecordBuilder):
         self._start_sampler()
         self.mark_attach_step("sampler_s")
         self.ring.write(self._meta())
-        missing = [g for g in ("torch", "cudart", "mujoco") if g not in self.probes.groups]
-        if not self.probes.groups:
-            self.note("warn", f"PID {self.pid} maps none of the known libraries ({', '.join(catalog.groups())}): "
-                               "counting Python and on/off-CPU time only; probes attach if one is loaded later")
-        elif missing:
-            self.note("info", "not loaded (yet): " + ", ".join(missing))
-        if self.probes.calibration.problem:
-            self.note("warn", f"calibration not used: {self.probes.calibration.problem}; probe costs are the "
-                              "defaults until `rlscope-top calibrate` runs again")
-        for group, syms in self.probes.missing.items():   # a build that lacks a symbol: say so in the summary
-            self.note("warn", f"{group}: {len(syms)} probe(s) not attached: {', '.join(syms)[:300]}")
+        self._attach_notes()
         # before the sources: the GPU agent's injection stops the target, which must not wait on a niced monitor
         if niced := start_priority.end():
             self.program["niced"] = niced
@@ -142,6 +117,44 @@ class Collector(OperationSources, BudgetLoop, RecordBuilder):
         self._settle()
         self.mark_attach_step("ready_s")
         self.ring.write(self._meta())        # with the whole attach's steps
+
+    def _load(self) -> None:
+        """The eBPF program: kept from an earlier session, or compiled now."""
+        try:
+            self.probes.load()
+        except BccUnavailable as e:
+            raise BccMissing(f"the bcc Python module is not importable: {e}", pid=self.pid,
+                             hint="run `sudo bash scripts/setup.sh` (installs python3-bpfcc) and use .venv/bin/rlscope-top") from None
+        except RuntimeError as e:             # the compiler's (or the kernel's) words
+            raise BpfCompileError(f"cannot compile the eBPF program: {_last_line(e)}", pid=self.pid,
+                                  hint="install or link the kernel headers: `sudo bash scripts/setup.sh`, then `rlscope-top doctor`") from None
+
+    def _attach(self) -> None:
+        """The probes, attached and counting from ``t0_ns``."""
+        try:
+            if self.budget.max_pct < EXACT_PCT:    # exact mode times every call from t0: nothing to price
+                self.probes.count_first()        # BudgetLoop._first_window times what fits
+            self.t0_ns = self.probes.start()
+            self._count_from = (time.monotonic(), self.probes.hits())
+        except Exception as e:
+            self.probes.stop()
+            raise AttachError(f"cannot attach probes to PID {self.pid}: {_last_line(e)}", pid=self.pid,
+                              hint="check `rlscope-top doctor`; tracefs must be mounted and you must be root") from None
+
+    def _attach_notes(self) -> None:
+        """What the attach could not do, as notes: no known library, a missing one, an unused
+        calibration, a build that lacks a symbol."""
+        missing = [g for g in ("torch", "cudart", "mujoco") if g not in self.probes.groups]
+        if not self.probes.groups:
+            self.note("warn", f"PID {self.pid} maps none of the known libraries ({', '.join(catalog.groups())}): "
+                               "counting Python and on/off-CPU time only; probes attach if one is loaded later")
+        elif missing:
+            self.note("info", "not loaded (yet): " + ", ".join(missing))
+        if self.probes.calibration.problem:
+            self.note("warn", f"calibration not used: {self.probes.calibration.problem}; probe costs are the "
+                              "defaults until `rlscope-top calibrate` runs again")
+        for group, syms in self.probes.missing.items():
+            self.note("warn", f"{group}: {len(syms)} probe(s) not attached: {', '.join(syms)[:300]}")
 
     def mark_attach_step(self, step: str) -> None:
         """Where attach time goes: seconds from the load's start to the end of ``step``, in the

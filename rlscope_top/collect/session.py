@@ -274,15 +274,7 @@ def _session(opts: Options, stop_reason: Callable[[], str | None], on_tick, read
         if not screen["owned"] and (not opts.quiet or level != "info"):
             print(f"rlscope-top: {msg}", file=sys.stderr, flush=True)
 
-    if opts.polite_start:
-        start_priority.begin()       # a no-op where `attach` began it before its imports
-    require_root()
-    for pid in (opts.pid, *opts.more_pids):
-        check_target(pid)
-    if opts.sim_libs:     # a misspelled --sim-lib symbol in a library mapped now: before the slow compile
-        from ..commands.symbols_cmd import check_sim_libs  # noqa: PLC0415
-
-        check_sim_libs(opts.pid, opts.sim_libs)
+    _preflight(opts)
     ring = _new_ring(opts)
     _say_swept(notify)
     drop_ring = (lambda: None) if opts.keep_ring else (lambda: os.unlink(ring.path))
@@ -295,12 +287,7 @@ def _session(opts: Options, stop_reason: Callable[[], str | None], on_tick, read
 
             ring = Recorder(ring, opts.record_path, opts.pid, opts.record_max_mb << 20, notify)
             stack.callback(ring.close_recording)
-        collector = Collector(opts.pid, ring, specs_for(opts), notify=notify, interval_s=opts.interval_s,
-                              max_probes=opts.max_probes, max_overhead_pct=opts.max_overhead_pct,
-                              timeline=opts.timeline, op_rules=opts.op_rules, sample_hz=opts.sample_hz,
-                              sampler=opts.sampler,
-                              sources=[GpuSource(opts.gpu)], children=opts.children,
-                              roots=(opts.pid, *opts.more_pids), roles=opts.roles)
+        collector = _collector(opts, ring, notify)
         reader, books = RingReader(ring.path), Books()
         if ready:                    # the screen opens now and says what is going on
             ring.write(R.note(time.monotonic_ns(), "status", ATTACHING))
@@ -318,24 +305,7 @@ def _session(opts: Options, stop_reason: Callable[[], str | None], on_tick, read
         _read_to_end(reader, books, collector)
         summary = S.build(books.cpu, books.gpu, ring_path=ring.path if opts.keep_ring else "", dropped=reader.dropped)
         exporter.publish(summary)
-        path, failed = S.write_safely(summary, opts.summary_path or S.default_path(opts.pid), opts.pid)
-        if failed:
-            notify("warn", f"could not write the summary to {failed}; written to {path} instead")
-        detach_s = collector.detach()
-        summary["overhead"]["detach_s"] = round(detach_s, 3)
-        path, _ = S.write_safely(summary, path, opts.pid)
-        if opts.record_path:
-            ring.finish(dropped=reader.dropped, detach_s=summary["overhead"]["detach_s"],
-                        ring_path=summary["ring"]["path"])
-        if render:
-            S.render(summary)
-            notify("status", f"detached in {detach_s:.2f}s; summary written to {path}")
-        if lacks := S.incomplete(summary):
-            raise IncompleteSummary(f"the summary lacks {lacks} (written to {path} all the same)",
-                                    "the ring lost the session's start: report this with the summary",
-                                    pid=opts.pid)
-        summary["_path"] = path
-        return summary
+        return _finish(opts, summary, collector, ring, reader.dropped, notify, render)
     finally:
         start_priority.end()
         stack.close()
@@ -343,6 +313,55 @@ def _session(opts: Options, stop_reason: Callable[[], str | None], on_tick, read
             collector.close()
         ring.close(remove=not opts.keep_ring)
         _FORCED_EXIT_CLEANUP.remove(drop_ring)
+
+
+def _preflight(opts: Options) -> None:
+    """What must hold before the ring exists: root, live targets, and --sim-lib symbols that
+    resolve in a library mapped now (a misspelling fails before the slow compile)."""
+    if opts.polite_start:
+        start_priority.begin()       # a no-op where `attach` began it before its imports
+    require_root()
+    for pid in (opts.pid, *opts.more_pids):
+        check_target(pid)
+    if opts.sim_libs:
+        from ..commands.symbols_cmd import check_sim_libs  # noqa: PLC0415
+
+        check_sim_libs(opts.pid, opts.sim_libs)
+
+
+def _collector(opts: Options, ring, notify) -> Collector:
+    """The session's collector, from the options (not started)."""
+    return Collector(opts.pid, ring, specs_for(opts), notify=notify, interval_s=opts.interval_s,
+                     max_probes=opts.max_probes, max_overhead_pct=opts.max_overhead_pct,
+                     timeline=opts.timeline, op_rules=opts.op_rules, sample_hz=opts.sample_hz,
+                     sampler=opts.sampler, sources=[GpuSource(opts.gpu)], children=opts.children,
+                     roots=(opts.pid, *opts.more_pids), roles=opts.roles)
+
+
+def _finish(opts: Options, summary: dict, collector: Collector, ring, dropped: int, notify, render: bool) -> dict:
+    """Write the summary, detach, write it again with the detach time, close the recording,
+    print. The first write comes before the detach so that a detach that hangs or is killed
+    loses nothing.
+
+    Raises:
+        IncompleteSummary: the ring lost the session's start (the summary is written all the same).
+    """
+    path, failed = S.write_safely(summary, opts.summary_path or S.default_path(opts.pid), opts.pid)
+    if failed:
+        notify("warn", f"could not write the summary to {failed}; written to {path} instead")
+    detach_s = collector.detach()
+    summary["overhead"]["detach_s"] = round(detach_s, 3)
+    path, _ = S.write_safely(summary, path, opts.pid)
+    if opts.record_path:
+        ring.finish(dropped=dropped, detach_s=summary["overhead"]["detach_s"], ring_path=summary["ring"]["path"])
+    if render:
+        S.render(summary)
+        notify("status", f"detached in {detach_s:.2f}s; summary written to {path}")
+    if lacks := S.incomplete(summary):
+        raise IncompleteSummary(f"the summary lacks {lacks} (written to {path} all the same)",
+                                "the ring lost the session's start: report this with the summary", pid=opts.pid)
+    summary["_path"] = path
+    return summary
 
 
 class _Exporter:
