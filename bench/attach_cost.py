@@ -156,11 +156,14 @@ def _slow(base: float, v: float) -> str:
     return f"{base / v:.3f}x" if v == v and v > 0 else "n/a"
 
 
-def _paired(rs: list[dict]) -> tuple[str, str]:
-    """Each attached span against the mean of the plain spans just before and after it (the
-    loop's speed drifts by a few percent over a run): the median with its order-statistic
-    interval [low-high, coverage] (bench/median_ci.py), and each rep's."""
-    each = [(r["before"] + r["after"]) / 2 / r["steady"] for r in rs]
+def _paired(rs: list[dict], key: str = "steady") -> tuple[str, str]:
+    """Each attached span's ``key`` figure against the mean of the plain spans just before and
+    after it (the loop's speed drifts by a few percent over a run, and by more on a noisy
+    host): the median with its order-statistic interval [low-high, coverage]
+    (bench/median_ci.py), and each rep's."""
+    each = [(r["before"] + r["after"]) / 2 / r[key] for r in rs if r[key] == r[key] and r[key] > 0]
+    if not each:
+        return "n/a", ""
     lo, hi, cover = median_interval(each)
     return (f"{statistics.median(each):.3f}x [{lo:.3f}-{hi:.3f}x, {100 * cover:.0f}%]",
             ", ".join(f"{x:.3f}x" for x in each))
@@ -171,15 +174,15 @@ def table(res: dict, label: str, settings: dict) -> list[str]:
     rows = [f"| {label} | plain | {base:,.0f} steps/s | 1.000x | | | | | |"]
     for name in settings:
         rs = res[name]
-        med = {k: statistics.median([r[k] for r in rs]) for k in ("steady", "first_s", "during_attach",
-                                                                   "attach_s", "detach_s", "estimated_pct")}
+        med = {k: statistics.median([r[k] for r in rs]) for k in ("steady", "attach_s", "detach_s",
+                                                                   "estimated_pct")}
         each = ", ".join(_slow(base, r["steady"]) for r in rs)
         load = statistics.median([r["program"].get("load_s", float("nan")) for r in rs])
         origin = "/".join(sorted({r["program"].get("from", "?") for r in rs}))
         paired, paired_each = _paired(rs)
         rows.append(f"| {label} | {name} | {med['steady']:,.0f} steps/s | {paired} ({paired_each}) | "
                     f"{_slow(base, med['steady'])} ({each}) | "
-                    f"{_slow(base, med['first_s'])} | {_slow(base, med['during_attach'])} | "
+                    f"{_paired(rs, 'first_s')[0]} | {_paired(rs, 'during_attach')[0]} | "
                     f"{med['attach_s']:.2f} s (program from {origin}: {load:.2f} s) | "
                     f"{med['detach_s']:.2f} s; own estimate {med['estimated_pct']:.1f}% |")
     py = statistics.median([r["steady"] for r in res["py-spy 100 Hz"]])
@@ -202,7 +205,7 @@ def main() -> int:
     settings = {k: SETTINGS[k] for k in names}
     warm_bytecode(REPO)
     lines = ["| target | setting | speed (median) | steady slowdown, paired (each rep) | steady, against all plain "
-             "spans (each rep) | first second after attach | while attaching | attach | detach |",
+             "spans (each rep) | first second after attach, paired | while attaching, paired | attach | detach |",
              "|---|---|---|---|---|---|---|---|---|"]
     for busy in [b for b in (False, True) if a.only is None or a.only == ("busy" if b else "idle")]:
         lines += table(run(a.reps, a.span, busy, settings), "busy machine (1 busy loop)" if busy else "idle machine",
@@ -221,7 +224,7 @@ def main() -> int:
             "Slowdown = unattached speed / attached speed: paired, against the mean of the plain spans just "
             "before and after (the loop drifts by a few percent over a run; the median's distribution-free "
             "interval in brackets, with the probability it holds the true median), and against the median of all plain "
-            "spans. Attach = monitor start to its \"attached\" line, with the "
+            "spans. The first second after attach and the stretch while attaching are paired the same way. Attach = monitor start to its \"attached\" line, with the "
             "program it loaded (kept from an earlier session, or compiled at nice 19) and how long that took; detach from the summary. The monitor runs with its bytecode cached, as an installed tool does (bench/monitor_env.py). The busy rows add one pure-Python busy loop "
             "beside the target on the 2-core VM.", "", *lines])
     return 0
