@@ -103,8 +103,7 @@ def figures(gpu: GpuView, cpu: CpuSide) -> dict:
     section = {
         "source": "cupti" if have else "unavailable",
         "mode": (win["mode"] if win else "traced") if have else NA,
-        "windows": {"windows": win["windows"], "period_s": win["period_s"], "traced_s": _s(win["traced_ns"]),
-                    "estimated_s": _s(win["estimated_ns"]), "basis": win["basis"]} if have and win else NA,
+        "windows": _windows(win) if have and win else NA,
         "notice": _notice(gpu),
         "kernels": every["kernels"] if have else NA,
         "busy_s": gpu_s,
@@ -121,12 +120,23 @@ def figures(gpu: GpuView, cpu: CpuSide) -> dict:
         "contrast": _contrast(nvml, busy_pct, cuda),
         "window": _live(tot, have),
     }
-    sources = {"gpu_s": ("estimated" if win else "exact") if have else "unavailable",
-               "overlap_s": "estimated" if win and have else ov_source,
-               "operations.overlap_s": "estimated" if have else "unavailable",
-               "gpu.nvml": "sampled" if nvml["available"] else "unavailable",
-               "gpu.cuda_api.sync_blocked_s": "exact" if cuda["sync_blocked_s"] is not None else "unavailable"}
-    return {"totals": {"gpu_s": gpu_s, "overlap_s": ov}, "operations": rows, "gpu": section, "sources": sources}
+    return {"totals": {"gpu_s": gpu_s, "overlap_s": ov}, "operations": rows, "gpu": section,
+            "sources": _sources(have, bool(win), ov_source, nvml, cuda)}
+
+
+def _sources(have: bool, windowed: bool, ov_source: str, nvml: dict, cuda: dict) -> dict:
+    """How each GPU figure was had: exact, estimated (from windows), sampled or unavailable."""
+    return {"gpu_s": ("estimated" if windowed else "exact") if have else "unavailable",
+            "overlap_s": "estimated" if windowed and have else ov_source,
+            "operations.overlap_s": "estimated" if have else "unavailable",
+            "gpu.nvml": "sampled" if nvml["available"] else "unavailable",
+            "gpu.cuda_api.sync_blocked_s": "exact" if cuda["sync_blocked_s"] is not None else "unavailable"}
+
+
+def _windows(win: dict) -> dict:
+    """The kernel-timing windows: how many, how often, traced and estimated seconds, the basis."""
+    return {"windows": win["windows"], "period_s": win["period_s"], "traced_s": _s(win["traced_ns"]),
+            "estimated_s": _s(win["estimated_ns"]), "basis": win["basis"]}
 
 
 def place_gpu(doc: dict, gpu: GpuView, cpu_python_busy=None) -> None:

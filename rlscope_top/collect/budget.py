@@ -90,6 +90,16 @@ class Budget:
         dt = now_s - self._last_ts
         if dt < self.window_s:
             return None
+        per_cat, levers = self._costs_since(hits, probes, extra, always_on)
+        self._last_ts, self._last_hits = now_s, list(hits)
+        self._last_extra = {k: v for k, (v, _) in extra.items()}
+        total_pct = 100 * (sum(per_cat.values()) + sum(levers.values())) / (dt * 1e9) + self.fixed_pct
+        self.last_pct = total_pct
+        return self._step(dt, total_pct, per_cat, levers, modes, extra)
+
+    def _costs_since(self, hits: list[int], probes: list[tuple[int, int, int]],
+                     extra: dict[str, tuple[int, bool]], always_on: dict[int, str]) -> tuple[dict, dict]:
+        """ns spent since the last window: per category or source, and per always-on lever."""
         per_cat: dict[int | str, float] = {}
         levers: dict[str, float] = {}
         for pid_, cat, cost in probes:
@@ -100,10 +110,12 @@ class Budget:
                 per_cat[cat] = per_cat.get(cat, 0.0) + d * cost
         for name, (cum, _) in extra.items():
             per_cat[name] = max(0, cum - self._last_extra.get(name, cum))
-        self._last_ts, self._last_hits = now_s, list(hits)
-        self._last_extra = {k: v for k, (v, _) in extra.items()}
-        total_pct = 100 * (sum(per_cat.values()) + sum(levers.values())) / (dt * 1e9) + self.fixed_pct
-        self.last_pct = total_pct
+        return per_cat, levers
+
+    def _step(self, dt: float, total_pct: float, per_cat: dict, levers: dict, modes: dict[int, str],
+              extra: dict[str, tuple[int, bool]]) -> Decision | None:
+        """The step a window's costs call for: stop a lever over its share; over budget, step
+        down the costliest category (or source) that can still step down."""
         if levers:
             v, name = max((v, k) for k, v in levers.items())
             if 100 * v / (dt * 1e9) > ALWAYS_ON_SHARE * self.max_pct:

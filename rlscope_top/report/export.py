@@ -74,14 +74,9 @@ def spans(records: list[dict]) -> Spans:
 
     engine = Engine(meta["t0"], meta.get("tids0", []), on_slice=on_slice)
     n_events = 0
-    gpu, counters, kernel_names = [], [], {}
+    gpu, counters = _gpu_records(records)
     for r in records:
-        if r.get("t") == G.GPU:
-            kernel_names.update(r.get("names") or {})
-            gpu += [_activity(a, kernel_names) for a in r["items"]]
-        elif r.get("t") == G.NVML:
-            counters += [(r["dev"], k, ts, v) for k in ("util", "mem_util", "sm_active") for ts, v in r.get(k) or ()]
-        elif r.get("t") == R.EVENTS:
+        if r.get("t") == R.EVENTS:
             for ts, tid, kind, cat in r["items"]:
                 engine.add(ts, tid, kind, cat)
                 n_events += 1
@@ -100,6 +95,19 @@ def spans(records: list[dict]) -> Spans:
     procs, names = _names(records, meta)
     threads = {tid: (pid, names.get(tid, "") or str(tid)) for tid, pid in pid_of.items()}
     return Spans(out, procs, threads, meta, gpu, counters)
+
+
+def _gpu_records(records: list[dict]) -> tuple[list[tuple], list[tuple]]:
+    """The GPU activity (kernel names resolved from the names seen so far) and the NVML
+    counters' samples as (device, series, ts, value)."""
+    gpu, counters, kernel_names = [], [], {}
+    for r in records:
+        if r.get("t") == G.GPU:
+            kernel_names.update(r.get("names") or {})
+            gpu += [_activity(a, kernel_names) for a in r["items"]]
+        elif r.get("t") == G.NVML:
+            counters += [(r["dev"], k, ts, v) for k in ("util", "mem_util", "sm_active") for ts, v in r.get(k) or ()]
+    return gpu, counters
 
 
 def _activity(a: list, names: dict) -> tuple:
@@ -147,19 +155,30 @@ def _chrome_gpu(sp: Spans) -> list[dict]:
 def perfetto(records: list[dict], out) -> None:
     """Write a recording as a Perfetto protobuf trace (perfetto's own TracePacket protos): a
     track per process and thread, slices as begin/end track events (ns)."""
-    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TrackEvent  # noqa: PLC0415
     from perfetto.trace_builder.proto_builder import StreamingTraceProtoBuilder  # noqa: PLC0415
 
     sp = spans(records)
     b = StreamingTraceProtoBuilder(out)
-    seq = 1
-    uuid_of: dict[int, int] = {}
 
     def packet():
         pk = b.create_packet()
-        pk.trusted_packet_sequence_id = seq
+        pk.trusted_packet_sequence_id = 1
         return pk
 
+    uuid_of = _perfetto_tracks(sp, b, packet)
+    marks = []
+    for pid, tid, name, cat, t0, t1 in sp.slices:
+        track = uuid_of.get(tid) if cat in CATEGORIES else CHILD_TRACKS[cat][0] | tid if cat in CHILD_TRACKS else None
+        marks.append((t0, 1, track, name, cat))
+        marks.append((t1, 0, track, name, cat))
+    marks += _perfetto_gpu(sp, b, packet, uuid_of)
+    _perfetto_events(b, packet, marks, sp.counters)
+
+
+def _perfetto_tracks(sp: Spans, b, packet) -> dict[int, int]:
+    """A track per process (keyed -pid) and thread (keyed tid), and the ranges' and operations'
+    child tracks (they straddle category spans). Returns the tracks' uuids by key."""
+    uuid_of: dict[int, int] = {}
     for pid, cmd in sp.processes.items():
         pk = packet()
         uuid_of[-pid] = pid << 1 | 1
@@ -176,19 +195,21 @@ def perfetto(records: list[dict], out) -> None:
         pk.track_descriptor.thread.thread_name = name
         b.write_packet(pk)
     children = {(tid, cat) for _, tid, _, cat, _, _ in sp.slices if cat in CHILD_TRACKS and tid in uuid_of}
-    for tid, kind in sorted(children):   # ranges and operations straddle category spans: tracks of their own
+    for tid, kind in sorted(children):
         pk = packet()
         pk.track_descriptor.uuid = CHILD_TRACKS[kind][0] | tid
         pk.track_descriptor.parent_uuid = uuid_of[tid]
         pk.track_descriptor.name = CHILD_TRACKS[kind][1]
         b.write_packet(pk)
-    marks = []
-    for pid, tid, name, cat, t0, t1 in sp.slices:
-        track = uuid_of.get(tid) if cat in CATEGORIES else CHILD_TRACKS[cat][0] | tid if cat in CHILD_TRACKS else None
-        marks.append((t0, 1, track, name, cat))
-        marks.append((t1, 0, track, name, cat))
-    marks += _perfetto_gpu(sp, b, packet, uuid_of)
-    for ts, begin, track, name, cat, *flow in sorted(marks, key=lambda m: m[:3]):   # ends first at one instant
+    return uuid_of
+
+
+def _perfetto_events(b, packet, marks: list, counters: list) -> None:
+    """Slice begins/ends and instants (with their flows) in time order, ends first at one
+    instant; then the counters."""
+    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TrackEvent  # noqa: PLC0415
+
+    for ts, begin, track, name, cat, *flow in sorted(marks, key=lambda m: m[:3]):
         if track is None:
             continue
         pk = packet()
@@ -203,7 +224,7 @@ def perfetto(records: list[dict], out) -> None:
         if flow and flow[0]:
             (ev.flow_ids if begin == 2 else ev.terminating_flow_ids).append(flow[0])
         b.write_packet(pk)
-    for dev, series, ts, v in sp.counters:
+    for dev, series, ts, v in counters:
         pk = packet()
         pk.timestamp = ts
         pk.track_event.track_uuid = _counter_uuid(dev, series)
