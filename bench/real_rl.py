@@ -5,11 +5,11 @@ memory: the program's own progress rate is the slowdown).
 One long-running training process per program. Between unattached stretches, `rlscope-top
 attach --headless --duration S` runs SESSIONS times with default settings, then with
 `--max-overhead 100` (exact). For each session: the category shares, how far default mode is
-from the exact session's shares, the overhead the tool reported, and the slowdown measured
+from the exact sessions' (median) shares, the overhead the tool reported, and the slowdown measured
 from the step rate (attached, against the unattached stretches on both sides).
 
 usage: sudo .venv/bin/python bench/real_rl.py [--program tianshou|zoo|zoo_subproc]... [--sessions 5]
-       [--seconds 10] [--write]      (tianshou, rl-zoo3: the `test` extra)
+       [--exact 1] [--seconds 10] [--write]      (tianshou, rl-zoo3: the `test` extra)
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+from median_ci import median_interval  # noqa: E402
 PY = sys.executable
 CATS = ("python", "backend", "simulator", "cuda_api")
 PROGRAMS = {
@@ -132,8 +134,9 @@ def _session(pid: int, steps: Steps, tmp: str, seconds: float, gap: float, extra
 
 
 def run_program(key: str, sessions: int, seconds: float, gap: float, args: list[str] = (),
-                keep: str | None = None) -> list[dict]:
-    """Start the program once, attach ``sessions`` times by default and once exact."""
+                keep: str | None = None, exact: int = 1) -> list[dict]:
+    """Start the program once, attach ``sessions`` times by default and ``exact`` times exact
+    (alternating with the default sessions where there are several)."""
     name, argv = PROGRAMS[key]
     with tempfile.TemporaryDirectory() as tmp:
         counter = os.path.join(tmp, "steps")
@@ -147,16 +150,23 @@ def run_program(key: str, sessions: int, seconds: float, gap: float, args: list[
             if steps.now() < 2000:
                 raise RuntimeError(f"{name}: no training progress in 120 s")
             time.sleep(5.0)                              # past start-up (replay warm-up, first updates)
-            rows = [_session(t.pid, steps, tmp, seconds, gap, list(args), i, keep) for i in range(sessions)]
-            rows.append(_session(t.pid, steps, tmp, seconds, gap, ["--max-overhead", "100"], sessions, keep))
+            rows = []
+            for i in range(max(sessions, exact)):
+                if i < sessions:
+                    rows.append(_session(t.pid, steps, tmp, seconds, gap, list(args), 2 * i, keep))
+                if exact > 1 and i < exact:
+                    rows.append(_session(t.pid, steps, tmp, seconds, gap, ["--max-overhead", "100"], 2 * i + 1, keep))
+            if exact == 1:
+                rows.append(_session(t.pid, steps, tmp, seconds, gap, ["--max-overhead", "100"], 2 * sessions + 1, keep))
         finally:
             steps.stop.set()
             t.kill()
             t.wait()
-    exact = rows[-1]["shares"]
+    exact_rows = [r["shares"] for r in rows if r["mode"] == "exact"]
+    ref = {c: statistics.median(sh[c] for sh in exact_rows) for c in CATS}   # the exact sessions' median shares
     for r in rows:
         r["program"] = name
-        r["vs_exact_pp"] = max(abs(r["shares"][c] - exact[c]) for c in CATS)
+        r["vs_exact_pp"] = max(abs(r["shares"][c] - ref[c]) for c in CATS)
     return rows
 
 
@@ -194,26 +204,31 @@ def overhead_table(rows: list[dict]) -> list[str]:
 
 
 def _medians(rows: list[dict]) -> list[str]:
-    """Per program, the median default session's self-report against the median measured
+    """Per program and mode, the median session's self-report against the median measured
     slowdown: one session's yardstick moves by several points (the unattached step rate drifts
-    as the agent learns), the self-report much less, so the ratio of medians is the steadier check."""
+    as the agent learns, and the host's speed with it), the self-report much less, so the ratio
+    of medians is the steadier check. The measured median carries its order-statistic interval
+    (bench/median_ci.py) and the ratio the range that interval allows."""
     out = []
     for prog in dict.fromkeys(r["program"] for r in rows):
-        ds = [r for r in rows if r["program"] == prog and r["mode"] == "default"]
-        if len(ds) < 2:
-            continue
-        meas, self_ = statistics.median(r["measured_pct"] for r in ds), statistics.median(r["self_pct"] for r in ds)
-        out.append(f"| {prog} | default, median of {len(ds)} | {meas:.1f} | {self_:.1f} | {_ratio(self_, meas):.2f} "
-                   "| | | | | |")
+        for mode in ("default", "exact"):
+            ds = [r for r in rows if r["program"] == prog and r["mode"] == mode]
+            if len(ds) < 2:
+                continue
+            meas, self_ = statistics.median(r["measured_pct"] for r in ds), statistics.median(r["self_pct"] for r in ds)
+            lo, hi, cover = median_interval([r["measured_pct"] for r in ds])
+            span = f"{_ratio(self_, hi):.2f}-{_ratio(self_, lo):.2f}" if lo > 0.5 else f"{_ratio(self_, hi):.2f}-"
+            out.append(f"| {prog} | {mode}, median of {len(ds)} | {meas:.1f} [{lo:.1f} to {hi:.1f}, {100 * cover:.0f}%] "
+                       f"| {self_:.1f} | {_ratio(self_, meas):.2f} [{span}] | | | | | |")
     return out
 
 
-def write_docs(rows: list[dict], sessions: int, seconds: float, gap: float) -> None:
+def write_docs(rows: list[dict], sessions: int, seconds: float, gap: float, exact: int = 1) -> None:
     """Both tables into docs/: accuracy (default against exact) and overhead (self-report)."""
     sys.path.insert(0, HERE)
     from docsection import replace_section  # noqa: PLC0415
 
-    how = (f"`sudo .venv/bin/python bench/real_rl.py --write` ({sessions} default sessions and one exact, {seconds:g} s "
+    how = (f"`sudo .venv/bin/python bench/real_rl.py --write` ({sessions} default sessions and {exact} exact, {seconds:g} s "
            f"each, {gap:g} s unattached on both sides; one training process per program, run unchanged; the slowdown "
            "is 1 - attached / unattached CartPole step rate, from the half second after the summary's window opens).")
     replace_section(os.path.join(REPO, "docs", "accuracy.md"), "## Real RL programs: default against exact",
@@ -237,6 +252,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--program", choices=sorted(PROGRAMS), action="append")
     ap.add_argument("--sessions", type=int, default=5)
+    ap.add_argument("--exact", type=int, default=1, help="exact sessions (several alternate with the default ones)")
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--gap", type=float, default=6.0, help="unattached seconds before and after each session")
     ap.add_argument("--args", default="", help="more rlscope-top arguments for the default sessions")
@@ -248,7 +264,7 @@ def main() -> None:
     _calibrated()
     rows = []
     for key in a.program or ["tianshou", "zoo"]:
-        got = run_program(key, a.sessions, a.seconds, a.gap, a.args.split(), a.keep)
+        got = run_program(key, a.sessions, a.seconds, a.gap, a.args.split(), a.keep, a.exact)
         for r in got:
             print(json.dumps(r), flush=True)
         rows += got
@@ -256,7 +272,7 @@ def main() -> None:
     print("\n".join(lines))
     print("\n".join(overhead_table(rows)))
     if a.write:
-        write_docs(rows, a.sessions, a.seconds, a.gap)
+        write_docs(rows, a.sessions, a.seconds, a.gap, a.exact)
 
 
 if __name__ == "__main__":
