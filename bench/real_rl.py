@@ -6,7 +6,9 @@ One long-running training process per program. Between unattached stretches, `rl
 attach --headless --duration S` runs SESSIONS times with default settings, then with
 `--max-overhead 100` (exact). For each session: the category shares, how far default mode is
 from the exact sessions' (median) shares, the overhead the tool reported, and the slowdown measured
-from the step rate (attached, against the unattached stretches on both sides).
+from the step rate (attached, against the unattached stretches on both sides). For SB3 programs
+also the `simulation` operation's true share: the time in the outermost VecEnv.step over the
+unattached stretches' wall time (the shim times it).
 
 usage: sudo .venv/bin/python bench/real_rl.py [--program tianshou|zoo|zoo_subproc]... [--sessions 5]
        [--exact 1] [--seconds 10] [--write]      (tianshou, rl-zoo3: the `test` extra)
@@ -51,14 +53,18 @@ class Steps:
 
     def __init__(self, path: str):
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-        os.ftruncate(fd, 8)
-        self.m = mmap.mmap(fd, 8)
+        os.ftruncate(fd, 16)
+        self.m = mmap.mmap(fd, 16)
         self.samples: list[tuple[int, int]] = []
         self.stop = threading.Event()
         threading.Thread(target=self._run, daemon=True).start()
 
     def now(self) -> int:
         return struct.unpack_from("q", self.m, 0)[0]
+
+    def sim_ns(self) -> int:
+        """ns the target has spent in SB3's outermost VecEnv.step (0 where it has none)."""
+        return struct.unpack_from("q", self.m, 8)[0]
 
     def _run(self) -> None:
         while not self.stop.wait(0.1):
@@ -107,9 +113,9 @@ def _tree_cpu(pid: int) -> float | None:
 
 def _session(pid: int, steps: Steps, tmp: str, seconds: float, gap: float, extra: list[str], i: int,
              keep: str | None = None) -> dict:
-    u0 = time.monotonic_ns()
+    u0, v0 = time.monotonic_ns(), steps.sim_ns()
     time.sleep(gap)
-    u1 = time.monotonic_ns()
+    u1, v1 = time.monotonic_ns(), steps.sim_ns()
     summary = os.path.join(tmp, f"s{i}.json")
     m = _timed_run([PY, "-m", "rlscope_top.cli", "attach", str(pid), "--headless", "--duration", str(seconds),
                         "--summary", summary, *extra], tmp)
@@ -120,8 +126,12 @@ def _session(pid: int, steps: Steps, tmp: str, seconds: float, gap: float, extra
     if keep:                                          # --keep: a copy of each session's summary
         shutil.copy(summary, os.path.join(keep, f"{os.getpid()}-{pid}-s{i}.json"))
     w0, w1 = s["window"]["t0_monotonic_ns"], s["window"]["t1_monotonic_ns"]
+    a0, va0 = time.monotonic_ns(), steps.sim_ns()
     time.sleep(gap)
-    after = steps.rate(w1 + int(0.5e9), time.monotonic_ns())
+    a1, va1 = time.monotonic_ns(), steps.sim_ns()
+    after = steps.rate(w1 + int(0.5e9), a1)
+    # the simulation operation's share of wall time, unattached, before and after (SB3 only)
+    sim_truth = 50 * ((v1 - v0) / (u1 - u0) + (va1 - va0) / (a1 - a0)) if v1 > v0 else float("nan")
     unattached = statistics.mean([steps.rate(u0, u1), after])
     attached = steps.rate(w0 + int(0.5e9), w1)        # past the first half second's budget decisions
     return {"mode": "exact" if "--max-overhead" in extra else "default", "shares": _shares(s),
@@ -130,7 +140,7 @@ def _session(pid: int, steps: Steps, tmp: str, seconds: float, gap: float, extra
             "negatives": [k for k, v in s["totals"].items() if isinstance(v, (int, float)) and v < 0],
             "by_source_s": s["overhead"]["by_source_s"], "wall_s": s["totals"]["wall_s"],
             "samples": s["budget"]["samples"], "monitor_cpu_s": round(m.cpu_s, 2),
-            "calibrated": s["overhead"].get("calibrated")}
+            "calibrated": s["overhead"].get("calibrated"), "sim_truth_pct": sim_truth}
 
 
 def run_program(key: str, sessions: int, seconds: float, gap: float, args: list[str] = (),
@@ -176,15 +186,16 @@ def _ratio(self_pct: float, measured_pct: float) -> float:
 
 
 def table(rows: list[dict]) -> list[str]:
-    out = ["| program | session | Python / Backend / Simulator % | max diff from exact, pp | self-reported overhead % "
-           "| measured slowdown % (step rate) | self / measured | budget modes |",
-           "|---|---|---|---|---|---|---|---|"]
+    out = ["| program | session | Python / Backend / Simulator % | max diff from exact, pp | Simulator truth % "
+           "| self-reported overhead % | measured slowdown % (step rate) | self / measured | budget modes |",
+           "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         sh = r["shares"]
         ratio = _ratio(r["self_pct"], r["measured_pct"])
+        truth = r.get("sim_truth_pct", float("nan"))
         out.append(f"| {r['program']} | {r['mode']} | {sh['python']:.1f} / {sh['backend']:.1f} / {sh['simulator']:.1f} "
-                   f"| {r['vs_exact_pp']:.1f} | {r['self_pct']:.1f} | {r['measured_pct']:.1f} | {ratio:.2f} "
-                   f"| {r['modes'] or '-'} |")
+                   f"| {r['vs_exact_pp']:.1f} | {'n/a' if truth != truth else f'{truth:.1f}'} | {r['self_pct']:.1f} "
+                   f"| {r['measured_pct']:.1f} | {ratio:.2f} | {r['modes'] or '-'} |")
     return out
 
 

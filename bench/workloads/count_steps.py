@@ -1,5 +1,7 @@
-"""Run a real RL program unchanged, counting CartPole steps into a shared 8-byte file (for
-bench/real_rl.py: the program's own progress rate, attached and not, is the slowdown).
+"""Run a real RL program unchanged, counting CartPole steps into a shared file (for
+bench/real_rl.py: the program's own progress rate, attached and not, is the slowdown). The
+file's second 8 bytes: the ns spent in stable-baselines3's outermost VecEnv.step, the
+`simulation` operation's extent there (its truth, read over the unattached spans).
 
 usage: count_steps.py COUNTER_FILE (-m MODULE | SCRIPT) [ARGS...]
 """
@@ -9,13 +11,14 @@ import os
 import runpy
 import struct
 import sys
+import time
 
 from gymnasium.envs.classic_control import cartpole
 
 path, rest = sys.argv[1], sys.argv[2:]
 fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-os.ftruncate(fd, 8)
-counter = mmap.mmap(fd, 8)
+os.ftruncate(fd, 16)
+counter = mmap.mmap(fd, 16)
 n = [0]
 step = cartpole.CartPoleEnv.step
 
@@ -48,7 +51,31 @@ def _count_subproc_steps() -> None:
     subproc_vec_env.SubprocVecEnv.step_wait = step_wait
 
 
+def _time_vec_steps() -> None:
+    """The ns inside the outermost VecEnv.step (a wrapper's step calls its venv's step_wait,
+    not its step; the depth guards against one that does)."""
+    try:
+        from stable_baselines3.common.vec_env import base_vec_env
+    except ImportError:
+        return
+    vstep, depth, spent = base_vec_env.VecEnv.step, [0], [0]
+
+    def timed(self, actions):
+        depth[0] += 1
+        t0 = time.perf_counter_ns()
+        try:
+            return vstep(self, actions)
+        finally:
+            depth[0] -= 1
+            if not depth[0]:
+                spent[0] += time.perf_counter_ns() - t0
+                struct.pack_into("q", counter, 8, spent[0])
+
+    base_vec_env.VecEnv.step = timed
+
+
 _count_subproc_steps()
+_time_vec_steps()
 if rest[0] == "-m":
     sys.argv = [rest[1], *rest[2:]]
     runpy.run_module(rest[1], run_name="__main__", alter_sys=True)
