@@ -31,6 +31,7 @@ def _per_call_us(log: list, keep) -> float:
     return statistics.median((t1 - t0) / n / 1e3 for t0, t1, n in log if keep(t0, t1))
 
 
+@pytest.mark.quiet     # its yardstick is the target's own clock before, during and after (CI 2026-11-29: 1.45x)
 def test_a_too_low_calibration_is_raised_to_what_the_traps_cost(ebpf, target, monitor, tmp_path, simlib):
     log_path = tmp_path / "log.json"
     t = target("trap_cost.py", simlib, log_path)
@@ -57,8 +58,8 @@ def test_a_too_low_calibration_is_raised_to_what_the_traps_cost(ebpf, target, mo
     assert paid > 1.0, "the probe pair should cost microseconds a call"
     # The ticks see the kernel's part of a trap, not its cost to the code after it: a lower
     # bound of what the target paid (92-97% of it on this loop, docs/overhead.md). The target's
-    # own yardstick moves: 0.62-1.13x of it over 8 runs (paid 4.7-9.2 us); the calibration
-    # alone would say 0.01-0.02x.
+    # own yardstick moves: 0.62-1.13x of it over 8 runs (paid 4.7-9.2 us), 1.45x once in CI on
+    # the Intel VM (7.35 us measured, 5.07 paid); the calibration alone would say 0.01-0.02x.
     assert 0.5 * paid <= entry + ret <= 1.4 * paid
     assert raised * 2 * LOW_NS / 1e3 == pytest.approx(entry + ret, rel=0.1)
     assert s["calls"]["simulator"] > 10_000
