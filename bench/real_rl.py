@@ -263,7 +263,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--program", choices=sorted(PROGRAMS), action="append")
     ap.add_argument("--sessions", type=int, default=5)
-    ap.add_argument("--exact", type=int, default=1, help="exact sessions (several alternate with the default ones)")
+    ap.add_argument("--exact", type=int, default=1, choices=range(1, 100), metavar="N",
+                    help="exact sessions, 1-99 (several alternate with the default ones; default mode is compared with their median)")
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--gap", type=float, default=6.0, help="unattached seconds before and after each session")
     ap.add_argument("--args", default="", help="more rlscope-top arguments for the default sessions")
