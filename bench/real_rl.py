@@ -259,12 +259,19 @@ def _calibrated() -> None:
         subprocess.run([PY, "-m", "rlscope_top.cli", "calibrate"], cwd=REPO, check=True)
 
 
+def _at_least_one(v: str) -> int:
+    n = int(v)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{v}: at least one exact session (default mode is compared with them)")
+    return n
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--program", choices=sorted(PROGRAMS), action="append")
     ap.add_argument("--sessions", type=int, default=5)
-    ap.add_argument("--exact", type=int, default=1, choices=range(1, 100), metavar="N",
-                    help="exact sessions, 1-99 (several alternate with the default ones; default mode is compared with their median)")
+    ap.add_argument("--exact", type=_at_least_one, default=1, metavar="N",
+                    help="exact sessions, 1 or more (several alternate with the default ones; default mode is compared with their median)")
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--gap", type=float, default=6.0, help="unattached seconds before and after each session")
     ap.add_argument("--args", default="", help="more rlscope-top arguments for the default sessions")
