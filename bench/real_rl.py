@@ -1,16 +1,17 @@
 """Real RL programs from the registry, attached as a user would (issue 12): tianshou 2.0.1 DQN
-and rl-zoo3 2.9.2 PPO on CartPole, run unchanged (a shim counts CartPole steps into shared
-memory: the program's own progress rate is the slowdown).
+and rl-zoo3 2.9.2 PPO on CartPole, run unchanged, and a CleanRL-style single-file PPO (a shim
+counts CartPole steps into shared memory: the program's own progress rate is the slowdown).
 
 One long-running training process per program. Between unattached stretches, `rlscope-top
 attach --headless --duration S` runs SESSIONS times with default settings, then with
 `--max-overhead 100` (exact). For each session: the category shares, how far default mode is
 from the exact sessions' (median) shares, the overhead the tool reported, and the slowdown measured
-from the step rate (attached, against the unattached stretches on both sides). For SB3 programs
-also the `simulation` operation's true share: the time in the outermost VecEnv.step over the
-unattached stretches' wall time (the shim times it).
+from the step rate (attached, against the unattached stretches on both sides). Also the
+`simulation` operation's true share: the time in the outermost environment step or reset (SB3's
+VecEnv.step, gymnasium's vector env or wrappers) over the unattached stretches' wall time (the
+shim times it).
 
-usage: sudo .venv/bin/python bench/real_rl.py [--program tianshou|zoo|zoo_subproc]... [--sessions 5]
+usage: sudo .venv/bin/python bench/real_rl.py [--program tianshou|zoo|zoo_subproc|cleanrl]... [--sessions 5]
        [--exact 1] [--seconds 10] [--write]      (tianshou, rl-zoo3: the `test` extra)
 """
 
@@ -45,6 +46,8 @@ PROGRAMS = {
                     ["-m", "rl_zoo3.train", "--algo", "ppo", "--env", "CartPole-v1", "--vec-env", "subproc",
                      "--hyperparams", "n_envs:4", "-n", "100000000", "--seed", "0", "--eval-freq", "-1",
                      "--device", "cpu", "--log-interval", "-1"]),
+    # CleanRL's single-file layout (SyncVectorEnv, get_action_and_value), written here in its style
+    "cleanrl": ("CleanRL-style PPO CartPole-v1 (4 envs)", [os.path.join(HERE, "workloads", "cleanrl_ppo.py")]),
 }
 
 
@@ -63,7 +66,7 @@ class Steps:
         return struct.unpack_from("q", self.m, 0)[0]
 
     def sim_ns(self) -> int:
-        """ns the target has spent in SB3's outermost VecEnv.step (0 where it has none)."""
+        """ns the target has spent in its outermost environment step or reset (bench/workloads/count_steps.py)."""
         return struct.unpack_from("q", self.m, 8)[0]
 
     def _run(self) -> None:
@@ -130,7 +133,7 @@ def _session(pid: int, steps: Steps, tmp: str, seconds: float, gap: float, extra
     time.sleep(gap)
     a1, va1 = time.monotonic_ns(), steps.sim_ns()
     after = steps.rate(w1 + int(0.5e9), a1)
-    # the simulation operation's share of wall time, unattached, before and after (SB3 only)
+    # the simulation operation's share of wall time, unattached, before and after
     sim_truth = 50 * ((v1 - v0) / (u1 - u0) + (va1 - va0) / (a1 - a0)) if v1 > v0 else float("nan")
     unattached = statistics.mean([steps.rate(u0, u1), after])
     attached = steps.rate(w0 + int(0.5e9), w1)        # past the first half second's budget decisions

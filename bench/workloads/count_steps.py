@@ -1,7 +1,8 @@
 """Run a real RL program unchanged, counting CartPole steps into a shared file (for
 bench/real_rl.py: the program's own progress rate, attached and not, is the slowdown). The
-file's second 8 bytes: the ns spent in stable-baselines3's outermost VecEnv.step, the
-`simulation` operation's extent there (its truth, read over the unattached spans).
+file's second 8 bytes: the ns spent in the outermost environment step or reset (stable-baselines3's
+VecEnv.step, gymnasium's vector env or wrappers), the `simulation` operation's extent by the
+built-in rules (its truth, read over the unattached spans).
 
 usage: count_steps.py COUNTER_FILE (-m MODULE | SCRIPT) [ARGS...]
 """
@@ -51,31 +52,53 @@ def _count_subproc_steps() -> None:
     subproc_vec_env.SubprocVecEnv.step_wait = step_wait
 
 
-def _time_vec_steps() -> None:
-    """The ns inside the outermost VecEnv.step (a wrapper's step calls its venv's step_wait,
-    not its step; the depth guards against one that does)."""
-    try:
-        from stable_baselines3.common.vec_env import base_vec_env
-    except ImportError:
-        return
-    vstep, depth, spent = base_vec_env.VecEnv.step, [0], [0]
+_depth, _spent = [0], [0]
 
-    def timed(self, actions):
-        depth[0] += 1
+
+def _time_outermost(cls, name: str) -> None:
+    """Add the ns inside ``cls.name`` to the file's second slot, where no other timed env
+    method is running (a vector env's step calls its envs' wrappers' step, a wrapper its
+    inner env's: only the outermost is counted)."""
+    inner = cls.__dict__.get(name)
+    if inner is None:
+        return
+
+    def timed(self, *a, **k):
+        _depth[0] += 1
         t0 = time.perf_counter_ns()
         try:
-            return vstep(self, actions)
+            return inner(self, *a, **k)
         finally:
-            depth[0] -= 1
-            if not depth[0]:
-                spent[0] += time.perf_counter_ns() - t0
-                struct.pack_into("q", counter, 8, spent[0])
+            _depth[0] -= 1
+            if not _depth[0]:
+                _spent[0] += time.perf_counter_ns() - t0
+                struct.pack_into("q", counter, 8, _spent[0])
 
-    base_vec_env.VecEnv.step = timed
+    setattr(cls, name, timed)
+
+
+def _time_env_steps() -> None:
+    """The simulation operation's extent, by the built-in rules: stable-baselines3's VecEnv.step,
+    gymnasium's vector env step/reset, and the step/reset of gymnasium's wrappers and of the
+    CartPole env itself (tianshou steps each env's outermost wrapper from its own loop)."""
+    import gymnasium
+
+    from gymnasium import wrappers
+    classes = [gymnasium.vector.SyncVectorEnv, gymnasium.Wrapper, cartpole.CartPoleEnv,
+               *(getattr(wrappers, w) for w in ("TimeLimit", "OrderEnforcing", "PassiveEnvChecker",
+                                                 "RecordEpisodeStatistics"))]
+    try:
+        from stable_baselines3.common.vec_env import base_vec_env
+        classes.append(base_vec_env.VecEnv)
+    except ImportError:
+        pass
+    for cls in classes:
+        for name in ("step", "reset"):
+            _time_outermost(cls, name)
 
 
 _count_subproc_steps()
-_time_vec_steps()
+_time_env_steps()
 if rest[0] == "-m":
     sys.argv = [rest[1], *rest[2:]]
     runpy.run_module(rest[1], run_name="__main__", alter_sys=True)
