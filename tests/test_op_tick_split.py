@@ -47,3 +47,71 @@ def test_annotated_rows_and_a_lone_sampled_row_are_left_alone():
 def test_apportion_adds_up(total, weights):
     out = apportion(total, weights)
     assert sum(out) == (total if sum(weights) else 0) and all(x >= 0 for x in out)
+
+
+def _charged(name: str, held_ms: float, mix_py: float, oh_py_ms: float, oh_be_ms: float, calls: int,
+             ticks: list[int]) -> dict:
+    """A sampled row as the kernel leaves it: ``held_ms`` of on-CPU time in the global mix,
+    less the probe cost charged while it was held."""
+    r = _row(name, "sampled", held_ms * mix_py - oh_py_ms, held_ms * (1 - mix_py) - oh_be_ms, calls, ticks)
+    r["oh"] = [oh_py_ms * MS, oh_be_ms * MS, 0, 0]
+    return r
+
+
+def test_the_probes_cost_is_taken_from_the_rows_that_made_the_calls():
+    """Known answer: `simulation` is 300 ms of pure Python; `infer` 60 ms of Python and 240 ms
+    of torch in 1009 calls, each trap costing 60 us outside its timestamps and 40 us inside.
+    The two alternate faster than the samples, so each row is held in the global mix (Python
+    0.6) and the kernel charges the traps' 100.9 ms in proportion to held time: 43.2 ms to
+    `simulation`, which made none of them. Before the fix `simulation` read 256.8 ms (-14%).
+    The ticks (4 ms each, 1,750) see the time where it was spent, the cost included."""
+    o_py, o_be = 1009 * 0.060, 1009 * 0.040
+    held_sim, held_inf = 300.0, 60 + o_py + 240 + o_be
+    share = held_sim / (held_sim + held_inf)
+    sim = _charged("simulation", held_sim, 0.6, o_py * share, o_be * share, 0, [750, 0, 0, 0, 0, 0, 0])
+    inf = _charged("infer", held_inf, 0.6, o_py * (1 - share), o_be * (1 - share), 1009, [300, 700, 0, 0, 0, 0, 0])
+    py_total = sim["ns"]["python"][0] + inf["ns"]["python"][0]
+    be_total = sim["ns"]["backend"][0] + inf["ns"]["backend"][0]
+    assert split_by_ticks([sim, inf])
+    assert sim["ns"]["python"][0] + sim["ns"]["backend"][0] == pytest.approx(300 * MS, rel=0.01)
+    assert sim["ns"]["backend"][0] < 10 * MS
+    assert inf["ns"]["python"][0] == pytest.approx(60 * MS, rel=0.1)
+    assert inf["ns"]["backend"][0] == pytest.approx(240 * MS, rel=0.03)
+    assert sim["ns"]["python"][0] + inf["ns"]["python"][0] == pytest.approx(py_total)   # the totals stay
+    assert sim["ns"]["backend"][0] + inf["ns"]["backend"][0] == pytest.approx(be_total)
+    assert sim["ns"]["python"][1] == 3 * MS
+
+
+def test_a_cost_the_calling_rows_cannot_pay_comes_from_the_others_and_no_row_goes_negative():
+    a = _charged("a", 100.0, 0.5, 0.0, 0.0, 0, [50, 50, 0, 0, 0, 0, 0])
+    b = _charged("b", 100.0, 0.5, 20.0, 0.0, 7, [100, 0, 0, 0, 0, 0, 0])      # b's torch time is ~0
+    before = a["ns"]["backend"][0] + b["ns"]["backend"][0] + a["ns"]["python"][0] + b["ns"]["python"][0]
+    assert split_by_ticks([a, b])
+    got = [r["ns"][c][0] for r in (a, b) for c in ("python", "backend")]
+    assert min(got) >= 0 and sum(got) == pytest.approx(before)
+
+
+def test_the_cost_outside_the_timestamps_follows_each_rows_calls_priced_by_their_kind():
+    """`collect` makes 1009 simulator calls whose traps cost 1 us inside and 2 us outside;
+    `update` 1009 torch calls at 3 us inside and 6 us outside. The kernel charged the 8.07 ms
+    of Python-side cost half to each; `collect` made a quarter of it."""
+    def row(name, py, sim, be, calls, ticks):
+        ns = {c: [0, 0] for c in CATEGORIES}
+        ns["python"], ns["simulator"], ns["backend"] = [py * MS, 0], [sim * MS, 0], [be * MS, 0]
+        return {"name": name, "source": "sampled", "ns": ns, "calls": calls,
+                "trans": [[0] * 4 for _ in range(4)], "ticks": ticks, "oh": [4.036 * MS, 0, 0, 0]}
+    i_sim, i_be = CATEGORIES.index("simulator"), CATEGORIES.index("backend")
+    calls_c, calls_u = [0] * 4, [0] * 4
+    calls_c[i_sim], calls_u[i_be] = 1009, 1009
+    ticks_c, ticks_u = [0] * 7, [0] * 7
+    ticks_c[0], ticks_c[i_sim], ticks_u[0], ticks_u[i_be] = 2000, 2000, 2000, 2000
+    collect = row("collect", 100 + 2.018 - 4.036, 100 + 1.009, 0, calls_c, ticks_c)
+    update = row("update", 100 + 6.054 - 4.036, 0, 100 + 3.027, calls_u, ticks_u)
+    collect["oh"][i_sim], update["oh"][i_be] = 1.009 * MS, 3.027 * MS
+    collect["ns"]["simulator"][0] -= 1.009 * MS
+    update["ns"]["backend"][0] -= 3.027 * MS
+    assert split_by_ticks([collect, update])
+    assert collect["ns"]["python"][0] == pytest.approx(100 * MS, rel=0.002)
+    assert update["ns"]["python"][0] == pytest.approx(100 * MS, rel=0.002)
+    assert collect["ns"]["simulator"][0] == pytest.approx(100 * MS, rel=0.002)
+    assert update["ns"]["backend"][0] == pytest.approx(100 * MS, rel=0.002)

@@ -42,6 +42,7 @@ def raw_rows(acct, measured: dict) -> list[dict]:
         rows.append({"name": o["name"], "kind": o.get("kind", ""), "source": o.get("src", "annotated"),
                      "samples": o.get("samples"), "samples_incl": o.get("samples_incl"), "nested": o.get("nested"),
                      "samples_total": o.get("samples_total"), "ns": ns,
+                     "oh": [o["ns"][i][0] - ns[c][0] for i, c in enumerate(CATEGORIES)],   # the cost taken out
                      "calls": list(o["calls"]), "trans": [list(r) for r in o["trans"]],
                      "ticks": o.get("ticks")})     # None in records from before ticks
     m = measured
@@ -68,6 +69,8 @@ def _fit(rows: list[dict], split: dict) -> None:
                 f = split[c][k] / ops if ops else 0.0
                 for r in rows:
                     r["ns"][c][k] *= f
+                    if k == 0:
+                        r["oh"][CATEGORIES.index(c)] *= f
 
 
 def _apply_estimates(rows: list[dict], extras: dict) -> None:
