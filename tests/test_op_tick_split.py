@@ -115,3 +115,30 @@ def test_the_cost_outside_the_timestamps_follows_each_rows_calls_priced_by_their
     assert update["ns"]["python"][0] == pytest.approx(100 * MS, rel=0.002)
     assert collect["ns"]["simulator"][0] == pytest.approx(100 * MS, rel=0.002)
     assert update["ns"]["backend"][0] == pytest.approx(100 * MS, rel=0.002)
+
+
+def test_the_cost_goes_by_the_ticks_that_found_each_row_in_a_trap_not_by_calls_that_follow_time():
+    """`forward` makes 9,000 short torch calls (100 ms Python, 100 ms torch unprobed);
+    `backward` 1,000 long ones (200 ms of torch); `simulation` none (100 ms). A trap costs
+    10 us outside its timestamps and 5 us inside. Calls follow time, which gives `backward`
+    most of them (its torch time is longest); the ticks in traps (1 a ms) say it made a tenth
+    of the cost. Known answer: every row its unprobed time."""
+    o_py, o_be = 100.0, 50.0
+    inflated = {"simulation": (100.0, 0.0), "forward": (190.0, 145.0), "backward": (10.0, 205.0)}
+    total = sum(p + b for p, b in inflated.values())
+    mix = sum(p for p, _ in inflated.values()) / total
+    ticks = {"simulation": [100, 0, 0, 0, 0, 0, 0], "forward": [100, 100, 0, 0, 0, 0, 135],
+             "backward": [0, 200, 0, 0, 0, 0, 15]}
+    rows = []
+    for name, (p, b) in inflated.items():
+        held, share = p + b, (p + b) / total
+        r = _row(name, "sampled", held * mix - o_py * share, held * (1 - mix) - o_be * share,
+                 round(10_000 * share), ticks[name])
+        r["oh"] = [o_py * share * MS, o_be * share * MS, 0, 0]
+        rows.append(r)
+    assert split_by_ticks(rows)
+    on = {r["name"]: r["ns"]["python"][0] + r["ns"]["backend"][0] for r in rows}
+    assert on["simulation"] == pytest.approx(100 * MS, rel=0.01)
+    assert on["forward"] == pytest.approx(200 * MS, rel=0.03)
+    assert on["backward"] == pytest.approx(200 * MS, rel=0.03)
+    assert rows[2]["calls"][1] > 5000          # the calls did follow time: they could not price it

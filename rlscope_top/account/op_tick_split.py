@@ -23,7 +23,7 @@ held when it fires, so a row held across another's torch calls is charged for th
 In exact mode that took 21% of the time out of gymnasium's `simulation` in a CleanRL-style
 PPO (14.7% read as 10.3-11.7%), and gave it to the torch-calling rows. So the fit is made on
 the time as the ticks saw it, the cost left in, and each category's cost is then taken out of
-the rows by their probed calls, which follow their own time.
+the rows by the ticks that found them in a probe's trap.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from __future__ import annotations
 from ..vocab import CATEGORIES, NCAT
 
 PYTHON = CATEGORIES.index("python")
+TICK_TRAP = 6            # the ticks' place "in a probe's trap" (probes/bpf_program.c TICK_TRAP)
 
 PRIOR_TICKS = 5          # pseudo-ticks of the held split in each row's starting point
 ITERATIONS = 200
@@ -56,33 +57,42 @@ def split_by_ticks(rows: list[dict]) -> bool:
     col_tot = [sum(h[i] for h in held) for i in range(NCAT)]
     fit = _ipf([_seed(h, r["ticks"]) for h, r in zip(held, picked)], row_tot, col_tot)
     _follow(picked, fit, col_tot)
-    _take_cost(fit, cost, [r["calls"] for r in picked])
+    _take_cost(fit, cost, [r["calls"] for r in picked],
+               [r["ticks"][TICK_TRAP] if len(r["ticks"]) > TICK_TRAP else 0 for r in picked])
     for r, new in zip(picked, fit):
         for i, c in enumerate(CATEGORIES):
             r["ns"][c][0] = new[i]
     return True
 
 
-def _take_cost(fit: list[list[float]], cost: list[list[float]], calls: list[list[int]]) -> None:
+def _take_cost(fit: list[list[float]], cost: list[list[float]], calls: list[list[int]],
+               traps: list[int]) -> None:
     """Take each category's probe cost out of the fitted rows, never below zero.
 
-    The cost inside a native category's timestamps goes with the rows' calls into it. The cost
-    outside them (in the caller's category, Python) goes with each row's share of the inside
-    cost, which prices its calls by their kind. What the calling rows cannot give comes from
-    the others, in proportion to their time in the category. Where no row has a probed call,
-    each row pays what the kernel charged it.
+    A row's share of the cost is its share of the ticks that found a thread in a probe's trap
+    (each tick names its own operation), with PRIOR_TICKS pseudo-ticks shared by its calls
+    priced by their kind (each row's share of the cost inside their timestamps). Calls follow
+    time, which gives too many to a row whose calls are long: torch's backward. The cost
+    inside a native category's timestamps goes to the rows with calls into it, by that share
+    and their calls' mix. What the rows cannot give comes from the others, in proportion to
+    their time in the category. Where no row has a probed call or a trap, each row pays what
+    the kernel charged it.
     """
     native = [i for i in range(NCAT) if i != PYTHON]
     n_calls = [sum(c[i] for c in calls) for i in range(NCAT)]
     owed_all = [sum(k[i] for k in cost) for i in range(NCAT)]
-    inside = [sum(c[j] * owed_all[j] / n_calls[j] for j in native if n_calls[j]) for c in calls]
-    if not sum(inside):
-        inside = [sum(c[j] for j in native) for c in calls]
+    priced = [sum(c[j] * owed_all[j] / n_calls[j] for j in native if n_calls[j]) for c in calls]
+    if not sum(priced):
+        priced = [sum(c[j] for j in native) for c in calls]
+    whole = sum(priced)
+    share = [t + (PRIOR_TICKS * p / whole if whole else 0.0) for t, p in zip(traps, priced)]
     for i in range(NCAT):
         owed = owed_all[i]
         if owed <= 0:
             continue
-        weights = [c[i] for c in calls] if i != PYTHON and n_calls[i] else inside
+        weights = share
+        if i != PYTHON and n_calls[i]:
+            weights = [w * c[i] / max(1, sum(c[j] for j in native)) for w, c in zip(share, calls)]
         if sum(weights):
             owed = _pay(fit, i, owed, weights)
         else:
