@@ -11,7 +11,6 @@ usage: sudo .venv/bin/python bench/ops_unprobed.py [--mode exact|default] [--run
 from __future__ import annotations
 
 import argparse
-import bisect
 import json
 import os
 import signal
@@ -23,18 +22,11 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 TARGETS = os.path.join(REPO, "tests", "targets")
+sys.path.insert(0, os.path.join(REPO, "tests"))
+from test_ebpf_sampled_ops import _window_shares  # noqa: E402  (an operation's share of a stretch, from the snapshots)
+
 PY = sys.executable
 OPS = ("collect_rollouts", "simulation", "train", "backward", "optimizer_step")
-
-
-def _shares(snaps: list, t0: int, t1: int) -> dict:
-    """Each operation's share of [t0, t1] from the target's cumulative snapshots."""
-    times = [s[0] for s in snaps]
-
-    def at(t: int) -> dict:
-        return snaps[max(0, bisect.bisect_right(times, t) - 1)][1]
-    a, b = at(t0), at(t1)
-    return {k: (v - a.get(k, 0)) / (t1 - t0) for k, v in b.items()}
 
 
 def run(mode: str, tmp: str, i: int) -> dict:
@@ -62,7 +54,8 @@ def run(mode: str, tmp: str, i: int) -> dict:
         snaps = json.load(f)
     with open(summary) as f:
         ops = json.load(f)["operations"]
-    before, after = _shares(snaps, u0, u1), _shares(snaps, a0, a1)
+    before, after = (_window_shares(snaps, {"t0_monotonic_ns": t0, "t1_monotonic_ns": t1}, 1)
+                     for t0, t1 in ((u0, u1), (a0, a1)))
     return {n: (100 * ops[n]["share"], 50 * (before.get(n, 0) + after.get(n, 0))) for n in OPS if n in ops}
 
 

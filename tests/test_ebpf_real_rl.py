@@ -27,7 +27,7 @@ from support import REPO, load_summary, require_modules, stop
 from invariants import check_summary
 
 sys.path.insert(0, str(REPO / "bench"))
-from real_rl import PROGRAMS, Steps  # noqa: E402  (the bench's programs and its step-counter reader)
+from real_rl import PROGRAMS, Steps, _shares  # noqa: E402  (the bench's programs, step-counter reader, shares)
 
 pytestmark = pytest.mark.ebpf
 
@@ -118,8 +118,7 @@ def test_real_rl_program_gets_sane_bounded_numbers(ebpf, rl_installed, spawn, mo
     if key == "zoo_subproc":       # the job's Simulator also holds the workers' steps: no single truth
         _workers_simulate(s, proc.pid)
     else:
-        cats = [t[f"{c}_s"] or 0.0 for c in ("python", "backend", "simulator", "cuda_api")]
-        ours, truth = 100 * t["simulator_s"] / sum(cats), s["sim_truth_pct"]
+        ours, truth = _shares(s)["simulator"], s["sim_truth_pct"]
         n = max(1, s["sampler"]["samples"])
         tolerance = SIM_BIAS_PP + 300 * math.sqrt(truth / 100 * (1 - truth / 100) / n)
         assert abs(ours - truth) <= tolerance, (ours, truth, tolerance, n)

@@ -80,10 +80,11 @@ def _take_cost(fit: list[list[float]], cost: list[list[float]], calls: list[list
     """
     native = [i for i in range(NCAT) if i != PYTHON]
     n_calls = [sum(c[i] for c in calls) for i in range(NCAT)]
+    row_native = [sum(c[j] for j in native) for c in calls]
     owed_all = [sum(k[i] for k in cost) for i in range(NCAT)]
     priced = [sum(c[j] * owed_all[j] / n_calls[j] for j in native if n_calls[j]) for c in calls]
     if not sum(priced):
-        priced = [sum(c[j] for j in native) for c in calls]
+        priced = row_native
     whole = sum(priced)
     share = [t + (PRIOR_TICKS * p / whole if whole else 0.0) for t, p in zip(traps, priced)]
     for i in range(NCAT):
@@ -92,7 +93,7 @@ def _take_cost(fit: list[list[float]], cost: list[list[float]], calls: list[list
             continue
         weights = share
         if i != PYTHON and n_calls[i]:
-            weights = [w * c[i] / max(1, sum(c[j] for j in native)) for w, c in zip(share, calls)]
+            weights = [w * c[i] / max(1, n) for w, c, n in zip(share, calls, row_native)]
         if sum(weights):
             owed = _pay(fit, i, owed, weights)
         else:
