@@ -130,3 +130,30 @@ def test_a_first_stretch_too_short_for_placed_ticks_takes_its_threads_share_unti
     # 9 off stretches by their own ticks (60 ms each) + the first by the share until now:
     # 135 of the thread's 228 ticks (its 3 unplaced ones count in the whole): 59.2 ms
     assert sum(ext[7].ns) == pytest.approx(9 * 60 * MS + 100 * MS * 135 / 228, rel=1e-6)
+
+
+def test_a_threads_off_mode_calls_are_its_operations_calls_whatever_phase_its_windows_saw():
+    """The phased trainer's summary read 62k simulator calls for its thread (the headline) and
+    75k summed over its operations: the thread's pool held its few windows' mix of phases. Known
+    answer by construction: collect (half torch, 10 calls a ms) and update (80% torch, 40 calls a
+    ms); the windows land 300 ms in collect and 100 in update, the stretches between 100 and 300.
+    Each off stretch makes 100 x 10 + 300 x 40 = 13,000 calls; the thread's own pool says 7,000."""
+    th, ops = _counters(), {1: _counters("collect"), 2: _counters("update")}
+    est, ts = CategoryEstimate(BE, 0), 0
+    est.by_sites = True
+    window = {"collect": ({PY: 150 * MS, BE: 150 * MS}, 3_000, {PY: 30, BE: 30}),
+              "update": ({PY: 20 * MS, BE: 80 * MS}, 4_000, {PY: 4, BE: 16})}
+    off = {"collect": ({PY: 100 * MS}, 0, {PY: 10, BE: 10}), "update": ({PY: 300 * MS}, 0, {PY: 12, BE: 48})}
+    for i in range(STRETCHES):
+        for key, name in ((1, "collect"), (2, "update")):
+            ns, calls, ticks = (window if i % 4 == 0 else off)[name]
+            _add(ops[key], ns, calls, ticks)
+            _add(th, ns, calls, ticks)
+        ts += STRETCH_NS
+        est.change("timed" if i % 4 == 3 else "off", ts, {7: copy.deepcopy(th)}, copy.deepcopy(ops))
+    ex, ext, _ = est.now({7: th}, ops, ts)
+    off_stretches = STRETCHES - STRETCHES // 4
+    assert round(ex["collect"].calls) == off_stretches * 1_000
+    assert round(ex["update"].calls) == off_stretches * 12_000
+    assert round(ext[7].calls) == off_stretches * 13_000               # was 7,000 a stretch
+    assert ext[7].ns[0] == pytest.approx(off_stretches * 290 * MS)     # its torch time, from its ticks

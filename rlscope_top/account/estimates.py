@@ -417,7 +417,10 @@ class CategoryEstimate:
             for name, e in ex.items():
                 e.ns[0] = min(e.ns[0] * f, dp[name]["ns"][0][0])
         _keep_total(ex, calls_before[0])
-        _keep_total(ext, calls_before[1])
+        # the parts split the Python threads' time by phase, each with its own windows where it has
+        # them; a thread's pool mixes the phases its few windows landed in (the phased trainer's
+        # threads read 62k simulator calls where its parts read 75k): the threads take the parts' total
+        _keep_total(ext, sum(e.calls for e in ex.values()) if ex else calls_before[1])
         b.var = 4 * site_var
         if seg_ticks > 0:
             b.var += (2 * scaled) ** 2 * self._segment_rel_var(seg_ticks)
