@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -77,6 +78,7 @@ def main() -> None:
     ap.add_argument("--mode", choices=("exact", "default"), default="exact")
     ap.add_argument("--sessions", type=int, default=2)
     ap.add_argument("--calibration", help="a calibration file to use (made there if missing)")
+    ap.add_argument("--keep", help="copy each session's summary here (s<i>.json)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         simlib, calib = os.path.join(tmp, "libtoysim.so"), args.calibration or os.path.join(tmp, "calibration.json")
@@ -87,6 +89,9 @@ def main() -> None:
                            env={**os.environ, "RLSCOPE_CALIBRATION": calib})
         for i in range(args.sessions):
             s, items, spans = session(tmp, simlib, calib, args.mode, i)
+            if args.keep:
+                os.makedirs(args.keep, exist_ok=True)
+                shutil.copy(os.path.join(tmp, f"s{i}.json"), args.keep)
             truth = unprobed_shares(items, spans)
             before, after = unprobed_shares(items, spans[:1]), unprobed_shares(items, spans[1:])
             print(f"   truth before / after: " + "  ".join(

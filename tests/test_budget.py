@@ -153,7 +153,45 @@ def test_a_timed_window_closes_its_exits_and_entries_in_one_batch(monkeypatch):
                            _write_counters=lambda c: None, _counters=lambda: None)
     loop._category_cost_ns = lambda cat: 0
     loop._reprice = lambda st, now, cost: windows.BudgetLoop._reprice(loop, st, now, cost)
-    loop._spacing = lambda pct: {"window": 0.12, "period": 2.0}
+    loop._spacing = lambda pct, n=0: {"window": 0.12, "period": 2.0}
     assert windows.BudgetLoop._sample(loop, 100.0) is True and probes.modes[1] == "timed"
     assert windows.BudgetLoop._sample(loop, 100.13) is False
     assert probes.modes[1] == "off" and probes.batches == [{1: "off"}]
+
+
+def test_windows_are_short_and_then_rarer_once_the_kernel_places_ticks_by_call_site():
+    """Ticks placed by call site set the on-CPU estimate with no window (account/estimates.py
+    ``_tick_ns``): the windows are then MIN_WINDOW_S long and, from the SITE_AFTER_WINDOWS-th
+    on, take SITE_SAMPLE_SHARE of the budget. A category costing 18% timed (the tiny-op loop's
+    torch) is re-timed 0.1 s every 2 s, then every 3.6 s, where it was 0.22 s every 2.3 s.
+    With no sampler, or one that places nothing (austin), the spacing is the old one."""
+    from types import SimpleNamespace
+
+    from rlscope_top.collect import windows
+
+    def spacing(site_ticks, n, pct=18.0):
+        sampler = None if site_ticks is None else SimpleNamespace(site_ticks=lambda: site_ticks)
+        loop = SimpleNamespace(budget=Budget(5.0), sampler=sampler)
+        loop._ticks_by_site = lambda: windows.BudgetLoop._ticks_by_site(loop)
+        return windows.BudgetLoop._spacing(loop, pct, n)
+
+    n, old = windows.SITE_AFTER_WINDOWS, 0.4 * 10 / 18
+    plain = {"window": pytest.approx(old), "period": pytest.approx(old * 18 / (0.35 * 5))}
+    assert spacing(0, 0) == spacing(0, n) == spacing(None, n) == plain
+    assert spacing(409, n - 1) == {"window": 0.1, "period": windows.MIN_SAMPLE_PERIOD_S}
+    assert spacing(409, n) == spacing(409, 3 * n) == {"window": 0.1, "period": pytest.approx(0.1 * 18 / (0.1 * 5))}
+    assert spacing(409, n, pct=0.2)["period"] == windows.MIN_SAMPLE_PERIOD_S    # a cheap category: as often as ever
+
+
+def test_a_window_close_counts_the_windows_for_their_spacing():
+    from types import SimpleNamespace
+
+    from rlscope_top.collect import windows
+
+    seen = []
+    loop = SimpleNamespace(_spacing=lambda pct, n: seen.append((round(pct, 6), n)) or {})
+    st = {"opened": (10.0, 0)}
+    windows.BudgetLoop._reprice(loop, st, 10.2, 20_000_000)
+    st["opened"] = (12.0, 20_000_000)
+    windows.BudgetLoop._reprice(loop, st, 12.2, 40_000_000)
+    assert seen == [(10.0, 1), (10.0, 2)] and st["windows"] == 2

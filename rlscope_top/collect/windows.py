@@ -19,7 +19,14 @@ MIN_WINDOW_S = 0.1      # ... shorter where it costs more, so that windows come 
 MIN_SAMPLE_PERIOD_S = 2.0   # ... at most this often (further apart when it costs more) ...
 SAMPLE_JITTER = 0.5     # ... at a random offset of up to +-50% of the period, so that windows
                         # land on every phase of a loop, not always on the same one
-SAMPLE_SHARE = WINDOW_SHARE   # share of the budget the sample windows may use
+SAMPLE_SHARE = WINDOW_SHARE   # share of the budget the sample windows may use ...
+SITE_SAMPLE_SHARE = 0.1       # ... where the kernel places the Python threads' ticks by call site, from a
+SITE_AFTER_WINDOWS = 4        # category's 4th window on. The ticks then set the on-CPU estimate with no
+                              # window (account/estimates.py ``_tick_ns``); windows keep the calls per ns,
+                              # the off-CPU ratio and native threads' ns per tick, so they are MIN_WINDOW_S
+                              # long, and the first few come as often as before to sample the phases (1-2 in
+                              # a 10 s session put the phased trainer's calls at 0.4-2.3x). 0.22 s every
+                              # ~2.3 s cost the tiny-op loop 1.3-4.2% of its time.
 SETTLE_STEPS = 4        # 50 ms budget windows right after attach: timed -> count -> off, and a second category
 COUNT_WINDOW_S = 0.03   # the first one, entries only: the traps run from attach (~40% of the tiny-op
                         # loop's speed went in the ~0.2 s that the first decision took after it) ...
@@ -148,15 +155,24 @@ class BudgetLoop:
         t0, c0 = st.pop("opened")
         st["win_s"] = st.get("win_s", 0.0) + (now - t0)
         st["win_cost_s"] = st.get("win_cost_s", 0.0) + (cost_ns - c0) / 1e9
+        st["windows"] = st.get("windows", 0) + 1
         if st["win_s"] > 0:
-            st.update(self._spacing(100.0 * st["win_cost_s"] / st["win_s"]))
+            st.update(self._spacing(100.0 * st["win_cost_s"] / st["win_s"], st["windows"]))
 
-    def _spacing(self, pct: float) -> dict:
-        """Window length and period for a category that costs ``pct`` when timed: the windows
-        use SAMPLE_SHARE of the budget; a costlier category gets shorter, not rarer, windows."""
-        window = min(SAMPLE_WINDOW_S, max(MIN_WINDOW_S, SAMPLE_WINDOW_S * 10.0 / max(pct, 1e-9)))
-        return {"window": window,
-                "period": max(MIN_SAMPLE_PERIOD_S, window * pct / (SAMPLE_SHARE * self.budget.max_pct))}
+    def _spacing(self, pct: float, windows: int = 0) -> dict:
+        """Window length and period for a category that costs ``pct`` when timed, after
+        ``windows`` windows: they use SAMPLE_SHARE of the budget (SITE_SAMPLE_SHARE where the
+        ticks are placed by call site, from SITE_AFTER_WINDOWS on); a costlier category gets
+        shorter, not rarer, windows."""
+        by_site = self._ticks_by_site()
+        window = MIN_WINDOW_S if by_site else min(SAMPLE_WINDOW_S, max(MIN_WINDOW_S, SAMPLE_WINDOW_S * 10.0 / max(pct, 1e-9)))
+        share = SITE_SAMPLE_SHARE if by_site and windows >= SITE_AFTER_WINDOWS else SAMPLE_SHARE
+        return {"window": window, "period": max(MIN_SAMPLE_PERIOD_S, window * pct / (share * self.budget.max_pct))}
+
+    def _ticks_by_site(self) -> bool:
+        """Whether the kernel sampler has placed the Python threads' ticks by call site."""
+        smp = getattr(self, "sampler", None)
+        return smp is not None and smp.site_ticks() > 0
 
     def poll_windows(self, now: float) -> None:
         """Open or close a timed window on time (between ticks: windows are shorter than one)."""
