@@ -5,6 +5,7 @@ decides; this applies)."""
 from __future__ import annotations
 
 import math
+import os
 import random
 import time
 
@@ -20,13 +21,13 @@ MIN_SAMPLE_PERIOD_S = 2.0   # ... at most this often (further apart when it cost
 SAMPLE_JITTER = 0.5     # ... at a random offset of up to +-50% of the period, so that windows
                         # land on every phase of a loop, not always on the same one
 SAMPLE_SHARE = WINDOW_SHARE   # share of the budget the sample windows may use ...
-SITE_SAMPLE_SHARE = 0.1       # ... where the kernel places the Python threads' ticks by call site, from a
-SITE_AFTER_WINDOWS = 4        # category's 4th window on. The ticks then set the on-CPU estimate with no
+SITE_SAMPLE_SHARE = 0.1       # ... where the kernel places the Python threads' ticks by call site, once a
+SITE_AFTER_WINDOWS = 4        # category has had 4 windows. The ticks then set the on-CPU estimate with no
                               # window (account/estimates.py ``_tick_ns``); windows keep the calls per ns,
                               # the off-CPU ratio and native threads' ns per tick, so they are MIN_WINDOW_S
                               # long, and the first few come as often as before to sample the phases (1-2 in
-                              # a 10 s session put the phased trainer's calls at 0.4-2.3x). 0.22 s every
-                              # ~2.3 s cost the tiny-op loop 1.3-4.2% of its time.
+                              # a 10 s session put the phased trainer's calls at 0.37-1.46x). 0.22 s every
+                              # ~2.3 s cost the tiny-op loop 0.9-4.2% of its time.
 SETTLE_STEPS = 4        # 50 ms budget windows right after attach: timed -> count -> off, and a second category
 COUNT_WINDOW_S = 0.03   # the first one, entries only: the traps run from attach (~40% of the tiny-op
                         # loop's speed went in the ~0.2 s that the first decision took after it) ...
@@ -170,9 +171,10 @@ class BudgetLoop:
         return {"window": window, "period": max(MIN_SAMPLE_PERIOD_S, window * pct / (share * self.budget.max_pct))}
 
     def _ticks_by_site(self) -> bool:
-        """Whether the kernel sampler has placed the Python threads' ticks by call site."""
+        """Whether the kernel sampler has placed the Python threads' ticks by call site
+        (``RLSCOPE_SITE_WINDOWS=0``: windows as if not, for bench/attach_cost.py's side by side)."""
         smp = getattr(self, "sampler", None)
-        return smp is not None and smp.site_ticks() > 0
+        return smp is not None and smp.site_ticks() > 0 and os.environ.get("RLSCOPE_SITE_WINDOWS") != "0"
 
     def poll_windows(self, now: float) -> None:
         """Open or close a timed window on time (between ticks: windows are shorter than one)."""
