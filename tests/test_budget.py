@@ -154,6 +154,7 @@ def test_a_timed_window_closes_its_exits_and_entries_in_one_batch(monkeypatch):
     loop._category_cost_ns = lambda cat: 0
     loop._reprice = lambda st, now, cost: windows.BudgetLoop._reprice(loop, st, now, cost)
     loop._spacing = lambda pct, n=0: {"window": 0.12, "period": 2.0}
+    loop._ticks_by_site = lambda: False
     assert windows.BudgetLoop._sample(loop, 100.0) is True and probes.modes[1] == "timed"
     assert windows.BudgetLoop._sample(loop, 100.13) is False
     assert probes.modes[1] == "off" and probes.batches == [{1: "off"}]
@@ -195,3 +196,19 @@ def test_a_window_close_counts_the_windows_for_their_spacing():
     st["opened"] = (12.0, 20_000_000)
     windows.BudgetLoop._reprice(loop, st, 12.2, 40_000_000)
     assert seen == [(10.0, 1), (10.0, 2)] and st["windows"] == 2
+
+
+def test_a_window_opens_short_once_ticks_are_placed_by_call_site():
+    """The first step comes before the sampler starts, so its plan has the long window; the
+    window opening after the sampler has placed ticks is MIN_WINDOW_S."""
+    from types import SimpleNamespace
+
+    from rlscope_top.collect import windows
+
+    probes = _Probes()
+    loop = SimpleNamespace(probes=probes, ring=SimpleNamespace(write=lambda r: None), budget=Budget(5.0),
+                           _samples={1: {"next": 100.0, "until": None, "window": 0.22, "period": 2.3, "mode": "off"}},
+                           _write_counters=lambda c: None, _counters=lambda: None, _category_cost_ns=lambda cat: 0,
+                           _ticks_by_site=lambda: True)
+    assert windows.BudgetLoop._sample(loop, 100.0) is True
+    assert loop._samples[1]["until"] == pytest.approx(100.0 + windows.MIN_WINDOW_S)

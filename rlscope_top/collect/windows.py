@@ -126,6 +126,8 @@ class BudgetLoop:
         for cat, st in self._samples.items():
             name = CATEGORIES[cat]
             if st["until"] is None and now >= st["next"]:
+                if self._ticks_by_site():       # the sampler starts after the first step: its ticks come later
+                    st["window"] = MIN_WINDOW_S
                 self.probes.restore(cat)
                 self._write_counters(self._counters())
                 self.ring.write(R.mode(time.monotonic_ns(), name, "timed", 0.0, self.budget.max_pct))
@@ -220,7 +222,7 @@ class BudgetLoop:
                "per-call probes removed; calls and time are")
         self.note("warn", f"overhead {d.overhead_pct:.1f}% > budget {self.budget.max_pct:g}%: "
                           f"{CATEGORIES[d.category]} ({d.category_pct:.1f}%) -> {how} estimated, re-timed "
-                          f"{spacing['window']:.2g} s about every {period:.0f} s")
+                          f"in short windows, at first about every {period:.0f} s")
 
     def _stop_lever(self, d) -> None:
         """Stop an always-on lever (torch's record_function ranges, a counter): it is not
