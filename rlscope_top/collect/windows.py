@@ -168,7 +168,8 @@ class BudgetLoop:
         ticks are placed by call site, from SITE_AFTER_WINDOWS on); a costlier category gets
         shorter, not rarer, windows."""
         by_site = self._ticks_by_site()
-        window = MIN_WINDOW_S if by_site else min(SAMPLE_WINDOW_S, max(MIN_WINDOW_S, SAMPLE_WINDOW_S * 10.0 / max(pct, 1e-9)))
+        window = MIN_WINDOW_S if by_site else min(SAMPLE_WINDOW_S,
+                                                  max(MIN_WINDOW_S, SAMPLE_WINDOW_S * 10.0 / max(pct, 1e-9)))
         share = SITE_SAMPLE_SHARE if by_site and windows >= SITE_AFTER_WINDOWS else SAMPLE_SHARE
         return {"window": window, "period": max(MIN_SAMPLE_PERIOD_S, window * pct / (share * self.budget.max_pct))}
 
