@@ -392,7 +392,7 @@ class CategoryEstimate:
         if not windows and not self.by_sites:
             return False
         ns_per_tick = self.win_on_ns / self.win_ticks if windows else None
-        calls_before = (sum(e.calls for e in ex.values()), sum(e.calls for e in ext.values()))
+        calls_before = sum(e.calls for e in ex.values())
         scaled, seg_ticks, site_var, total = 0.0, 0, 0.0, 0.0
         for tid, d in dt.items():
             e = ext.get(tid)
@@ -416,11 +416,11 @@ class CategoryEstimate:
             f = total / have if have > 0 else 0.0
             for name, e in ex.items():
                 e.ns[0] = min(e.ns[0] * f, dp[name]["ns"][0][0])
-        _keep_total(ex, calls_before[0])
+        _keep_total(ex, calls_before)
         # the parts split the Python threads' time by phase, each with its own windows where it has
         # them; a thread's pool mixes the phases its few windows landed in (the phased trainer's
         # threads read 62k simulator calls where its parts read 75k): the threads take the parts' total
-        _keep_total(ext, sum(e.calls for e in ex.values()) if ex else calls_before[1])
+        _keep_total(ext, sum(e.calls for e in ex.values()))   # ex always has <none>
         b.var = 4 * site_var
         if seg_ticks > 0:
             b.var += (2 * scaled) ** 2 * self._segment_rel_var(seg_ticks)
