@@ -53,19 +53,27 @@ OFF = {"collect": ({PY: 200 * MS}, 0), "simulation": ({PY: 12 * MS, SIM: 388 * M
 TICKS = {"collect": {PY: 20, BE: 30}, "simulation": {PY: 2, BE: 1, SIM: 97}}   # 4 ms each, by call site
 
 
-def test_off_mode_calls_follow_each_operations_own_time_in_the_category():
-    th, ops = _counters(), {1: _counters("collect"), 2: _counters("simulation")}
+def _session(window: dict, off: dict) -> tuple[dict, dict]:
+    """One thread running two operations, stretch by stretch: a timed window (``window``), then
+    three stretches off (``off``); each maps an operation to (ns by category, calls, ticks).
+    Returns the per-part and per-thread estimates at the end."""
+    names = list(window)
+    th, ops = _counters(), {k: _counters(n) for k, n in enumerate(names, 1)}
     est, ts = CategoryEstimate(BE, 0), 0
     est.by_sites = True
     for i in range(STRETCHES):
-        parts = WINDOW if i % 4 == 0 else OFF
-        for key, name in ((1, "collect"), (2, "simulation")):
-            ns, calls = parts[name]
-            _add(ops[key], ns, calls, TICKS[name])
-            _add(th, ns, calls, TICKS[name])
+        for key, name in enumerate(names, 1):
+            ns, calls, ticks = (window if i % 4 == 0 else off)[name]
+            _add(ops[key], ns, calls, ticks)
+            _add(th, ns, calls, ticks)
         ts += STRETCH_NS
         est.change("timed" if i % 4 == 3 else "off", ts, {7: copy.deepcopy(th)}, copy.deepcopy(ops))
     ex, ext, _ = est.now({7: th}, ops, ts)
+    return ex, ext
+
+
+def test_off_mode_calls_follow_each_operations_own_time_in_the_category():
+    ex, ext = _session({n: (*WINDOW[n], TICKS[n]) for n in WINDOW}, {n: (*OFF[n], TICKS[n]) for n in OFF})
     off_stretches = STRETCHES - STRETCHES // 4
     assert round(ex["simulation"].calls) == off_stretches * 400        # was 18 x 3,000: sample-and-hold's
     assert round(ex["collect"].calls) == off_stretches * 12_000
@@ -138,20 +146,10 @@ def test_a_threads_off_mode_calls_are_its_operations_calls_whatever_phase_its_wi
     answer by construction: collect (half torch, 10 calls a ms) and update (80% torch, 40 calls a
     ms); the windows land 300 ms in collect and 100 in update, the stretches between 100 and 300.
     Each off stretch makes 100 x 10 + 300 x 40 = 13,000 calls; the thread's own pool says 7,000."""
-    th, ops = _counters(), {1: _counters("collect"), 2: _counters("update")}
-    est, ts = CategoryEstimate(BE, 0), 0
-    est.by_sites = True
     window = {"collect": ({PY: 150 * MS, BE: 150 * MS}, 3_000, {PY: 30, BE: 30}),
               "update": ({PY: 20 * MS, BE: 80 * MS}, 4_000, {PY: 4, BE: 16})}
     off = {"collect": ({PY: 100 * MS}, 0, {PY: 10, BE: 10}), "update": ({PY: 300 * MS}, 0, {PY: 12, BE: 48})}
-    for i in range(STRETCHES):
-        for key, name in ((1, "collect"), (2, "update")):
-            ns, calls, ticks = (window if i % 4 == 0 else off)[name]
-            _add(ops[key], ns, calls, ticks)
-            _add(th, ns, calls, ticks)
-        ts += STRETCH_NS
-        est.change("timed" if i % 4 == 3 else "off", ts, {7: copy.deepcopy(th)}, copy.deepcopy(ops))
-    ex, ext, _ = est.now({7: th}, ops, ts)
+    ex, ext = _session(window, off)
     off_stretches = STRETCHES - STRETCHES // 4
     assert round(ex["collect"].calls) == off_stretches * 1_000
     assert round(ex["update"].calls) == off_stretches * 12_000
