@@ -116,16 +116,11 @@ def _th(calls, backend_ns, python_ns):
                    _trans(py_be=calls))
 
 
-def test_budget_estimates_follow_each_segment():
-    """timed 1 s (1000 calls, 1 ms each) -> off 2 s -> timed 1 s (500 calls) -> off 1 s: a
-    closed off segment keeps the estimate its windows gave (window 1 alone: all backend),
-    the next one uses both windows, the older one decayed (rlscope_top/account/estimates.py), and
-    an estimate never leaks into another segment."""
+def _two_windows_then_off() -> list:
+    """timed 1 s (1000 calls, 1 ms each) -> off 2 s -> timed 1 s (500 calls) -> off 1 s."""
     from streams import meta_record
-    from rlscope_top.ring import records as R
-    from rlscope_top.account.estimates import HALF_LIFE_S
     s0 = 1000 * MS
-    recs = [meta_record({"torch": ["/x"]}),
+    return [meta_record({"torch": ["/x"]}),
             R.counters(s0 + 1000 * MS, [_th(1000, 1000 * MS, 0)], [0, 0, 0]),
             R.mode(s0 + 1000 * MS, "backend", "off", 50.0, 5.0),
             R.counters(s0 + 3000 * MS, [_th(1000, 1000 * MS, 2000 * MS)], [0, 0, 0]),
@@ -133,8 +128,36 @@ def test_budget_estimates_follow_each_segment():
             R.counters(s0 + 4000 * MS, [_th(1500, 1500 * MS, 2500 * MS)], [0, 0, 0]),   # 500 calls x 1 ms
             R.mode(s0 + 4000 * MS, "backend", "off", 50.0, 5.0),
             R.counters(s0 + 5000 * MS, [_th(1500, 1500 * MS, 3500 * MS)], [0, 0, 0])]
+
+
+def test_estimated_calls_state_their_bound_in_the_summary_and_its_table(capsys):
+    """The two windows ran 1 and 0.5 calls a ms: the calls estimated between them carry a 95%
+    bound from that spread (Student's t for 2 windows: wide), in the JSON and beside the
+    calls on the printed table; exact calls carry none."""
+    from rich.console import Console
     a = Accounting()
-    a.feed(recs)
+    a.feed(_two_windows_then_off())
+    s = S.build(a)
+    est = s["estimates"]["backend"]
+    assert est["calls_estimated"] == s["calls"]["backend"] - 1500 > 0
+    assert est["calls_bound"] > 0.5 * est["calls_estimated"]      # 2 windows that disagree by 2x
+    S.render(s, Console(width=160, force_terminal=False))
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.strip().startswith("backend"))
+    assert f"{s['calls']['backend']:,} ±{100 * est['calls_bound'] / s['calls']['backend']:.0f}%" in row
+    a = Accounting()
+    a.feed(_stream())                      # nothing estimated: the calls alone
+    S.render(S.build(a), Console(width=160, force_terminal=False))
+    assert "±" not in capsys.readouterr().out
+
+
+def test_budget_estimates_follow_each_segment():
+    """timed 1 s (1000 calls, 1 ms each) -> off 2 s -> timed 1 s (500 calls) -> off 1 s: a
+    closed off segment keeps the estimate its windows gave (window 1 alone: all backend),
+    the next one uses both windows, the older one decayed (rlscope_top/account/estimates.py), and
+    an estimate never leaks into another segment."""
+    from rlscope_top.account.estimates import HALF_LIFE_S
+    a = Accounting()
+    a.feed(_two_windows_then_off())
     (th,) = a.python_threads()
     f = 0.5 ** (3.0 / HALF_LIFE_S)                 # window 1 (ends at 1 s) seen from window 2 (ends at 4 s)
     share = (1000 * f + 500) / (1000 * f + 1000)   # backend's share of the thread in the pooled windows

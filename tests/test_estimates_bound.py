@@ -56,7 +56,7 @@ def _session(rng: np.random.Generator, stretches: int = 24, by_sites: bool = Fal
             th["ticks"][0] += int(rng.poisson((STRETCH_NS - be) / TICK_NS))
         ts += STRETCH_NS
         est.change(mode if timed else "timed" if i % 4 == 3 else mode, ts, {1: copy.deepcopy(th)}, {})
-    ex, _, bound = est.now({1: th}, {}, ts)
+    ex, _, bound, _ = est.now({1: th}, {}, ts)
     e = ex[NONE_PART]
     return truth, e.ns[0] + e.ns[1], bound
 
@@ -102,7 +102,7 @@ def test_ticks_placed_by_site_need_no_window(mode):
         th["ns"][0][0] = 404_000_000            # all charged to Python while not timed
         th["calls"][BACKEND] = 1009
         th["ticks"][BACKEND], th["ticks"][0] = 23, 78
-        ex, _, _ = est.now({1: th}, {}, 404_000_000)
+        ex, _, _, _ = est.now({1: th}, {}, 404_000_000)
         e = ex[NONE_PART]
         if by_sites:
             assert not e.unknown and e.ns[0] == pytest.approx(404_000_000 * 23 / 101)
@@ -123,9 +123,9 @@ def test_off_cpu_part_of_a_site_placed_estimate_follows_its_ticks():
     est.change("off", 450_000_000, {1: copy.deepcopy(th)}, {})
     th["ns"][0] = [300_000_000 + 404_000_000, 100_000_000]  # off: all charged to Python
     th["ticks"][BACKEND], th["ticks"][0] = 23, 78
-    ex, _, _ = est.now({1: th}, {}, 954_000_000)
+    ex, _, _, _ = est.now({1: th}, {}, 954_000_000)
     on = 404_000_000 * 23 / 101
     assert ex[NONE_PART].ns == pytest.approx([on, on * 0.5])
     th["ticks"][BACKEND], th["ticks"][0] = 0, 101           # no tick in torch: nothing off CPU either
-    ex, _, _ = est.now({1: th}, {}, 954_000_000)
+    ex, _, _, _ = est.now({1: th}, {}, 954_000_000)
     assert ex[NONE_PART].ns == pytest.approx([0.0, 0.0])

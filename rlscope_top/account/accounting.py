@@ -191,7 +191,7 @@ class Accounting:
         info = {}
         for cat, est in self.estimates.items():
             est.by_sites = self.by_sites()
-            ex, ext, bound = est.now(self.threads, self.ops, self.last_ts)
+            ex, ext, bound, calls_bound = est.now(self.threads, self.ops, self.last_ts)
             total = sum(sum(e.ns) for e in ex.values())
             t_total = sum(sum(e.ns) for e in ext.values())
             f = total / t_total if t_total else 0.0          # thread rows add up to the parts
@@ -202,7 +202,7 @@ class Accounting:
             info[cat] = {"mode": est.base_mode, "windows": est.windows, "window_s": est.window_ns / 1e9,
                          "estimated_s": est.estimated_s(self.last_ts), "bound_ns": bound,
                          "unknown": any(e.unknown for e in ex.values()), "extra_ns": total,
-                         "extra_calls": sum(e.calls for e in ex.values()),
+                         "extra_calls": sum(e.calls for e in ex.values()), "calls_bound": calls_bound,
                          "ns_per_tick": est.win_on_ns / est.win_ticks if est.win_ticks else None}
         out = {"parts": parts, "threads": threads, "info": info}
         self._est_cache = (key, out)

@@ -233,8 +233,9 @@ def _estimates(acct: Accounting, totals: dict) -> dict:
     """Per category the budget estimated: how (``mode``), from how many timed windows
     (``windows``, ``window_s``), over how much of the session (``estimated_s``), and its 95%
     bound, in seconds and in percentage points of the category's share (None while fewer than
-    two windows show how they spread). ``state`` is ``estimating`` while some of it has calls
-    but no window to time them yet: its figures then read n/a."""
+    two windows show how they spread); the calls it estimated (``off``) and their 95% bound.
+    ``state`` is ``estimating`` while some of it has calls but no window to time them yet: its
+    figures then read n/a."""
     whole = sum(totals.get(f"{c}_s") or 0.0 for c in CATEGORIES)
     out = {}
     for cat, info in acct.estimate_info().items():
@@ -244,6 +245,8 @@ def _estimates(acct: Accounting, totals: dict) -> dict:
                     "bound_s": _s(b) if b is not None else NA,
                     "bound_pp": round(100 * b / 1e9 / whole, 2) if b is not None and whole else NA,
                     "state": "estimating" if info["unknown"] else "ok",
+                    "calls_estimated": round(info["extra_calls"]),
+                    "calls_bound": round(info["calls_bound"]) if info.get("calls_bound") is not None else NA,
                     "window_ms_per_tick": round(info["ns_per_tick"] / 1e6, 3) if info.get("ns_per_tick") else NA}
     return out
 

@@ -121,7 +121,7 @@ def render(summary: dict, console: Console | None = None) -> None:
         table.add_row(c.replace("_", " "), _fmt(v),
                       NA_TEXT if share is None or v is None else f"{100 * share:5.1f}%",
                       _fmt(sp.get("on_cpu_s")), _fmt(sp.get("off_cpu_s")),
-                      _fmt(summary["calls"].get(c)) if c != "python" else "",
+                      _calls_cell(summary, c) if c != "python" else "",
                       _source_cell(summary, c))
     table.add_row("gpu", _fmt(t["gpu_s"]), "", "", "", "", summary["sources"]["gpu_s"])
     console.print(table)
@@ -147,6 +147,17 @@ def render(summary: dict, console: Console | None = None) -> None:
         until += f"  ({lost:,} events lost: the monitor fell behind; counts are low)" if lost else ""
         console.print("ranges  " + "  ".join(f"{n} x{r['count']} {r['total_s']:.3f}s" for n, r in top) + until,
                       soft_wrap=True)
+
+
+def _calls_cell(summary: dict, c: str) -> str:
+    """A category's calls, with the 95% bound of the part the budget estimated (as a share of
+    all its calls) where there is one."""
+    calls = summary["calls"].get(c)
+    est = (summary.get("estimates") or {}).get(c, {})
+    bound = est.get("calls_bound")
+    if not isinstance(calls, int) or not calls or not est.get("calls_estimated") or bound is None:
+        return _fmt(calls)
+    return f"{_fmt(calls)} ±{100 * bound / calls:.0f}%"
 
 
 def _source_cell(summary: dict, c: str) -> str:
