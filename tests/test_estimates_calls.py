@@ -223,3 +223,23 @@ def test_calls_counted_or_timed_have_no_estimated_calls_bound():
         est.change("timed" if i % 2 else "count", (i + 1) * 100 * MS, {7: copy.deepcopy(th)}, {})
     assert est.now({7: th}, {}, 400 * MS)[3] == 0.0
 
+
+def test_a_counted_call_its_operations_windows_never_saw_takes_the_pooled_time_per_call():
+    """A phased session read Simulator n/a at its end: one simulator call landed in `update` by
+    sample and hold during a 0.24 s `count` stretch, `update`'s own windows (0.35 s) had none,
+    and no tick of that stretch was placed. It now takes the pooled windows' time per call.
+    Known answer: a window of collect 1,009 calls in 101 ms and update none, then a count
+    stretch with collect 1,009 calls and update 1."""
+    th, ops = _counters(), {1: _counters("collect"), 2: _counters("update")}
+    est = CategoryEstimate(BE, 0)
+    for key, ns, calls in ((1, {PY: 100 * MS, BE: 101 * MS}, 1_009), (2, {PY: 400 * MS}, 0)):
+        _add(ops[key], ns, calls, {})
+        _add(th, ns, calls, {})
+    est.change("count", 601 * MS, {7: copy.deepcopy(th)}, copy.deepcopy(ops))       # the window closes
+    for key, ns, calls in ((1, {PY: 201 * MS}, 1_009), (2, {PY: 100 * MS}, 1)):      # counted: time stays Python
+        _add(ops[key], ns, calls, {})
+        _add(th, ns, calls, {})
+    ex, _, _, _ = est.now({7: th}, ops, 902 * MS)
+    assert not ex["update"].unknown and not ex["collect"].unknown
+    assert ex["update"].ns[0] == pytest.approx(101 * MS / 1_009)     # the pooled windows' time per call
+    assert ex["collect"].ns[0] == pytest.approx(101 * MS)

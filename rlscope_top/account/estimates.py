@@ -368,9 +368,14 @@ class CategoryEstimate:
         if one.all:
             self.spread["off"].add(one.all, one.c / one.all)
 
-    def _pool_for(self, key, pools: dict) -> Pool:
+    def _pool_for(self, key, pools: dict, seg: dict | None = None) -> Pool:
+        """A part's own windows where they hold MIN_PART_WINDOW_NS, else the pooled ones; and the
+        pooled ones for a ``count`` segment with calls its own windows never saw (a few calls
+        sample and hold put in the wrong phase made a whole phased session's Simulator n/a)."""
         p = pools.get(key)
-        return p if p is not None and p.all >= MIN_PART_WINDOW_NS else self.pooled
+        if p is None or p.all < MIN_PART_WINDOW_NS:
+            return self.pooled
+        return self.pooled if seg is not None and seg["calls"][self.ci] > 0 and p.calls <= 0 else p
 
     def _segment(self, start: tuple[dict, dict], end: tuple[dict, dict], mode: str,
                  whole: tuple[dict, dict] | None = None) -> tuple[dict, dict, BoundParts]:
@@ -379,8 +384,9 @@ class CategoryEstimate:
         before the first window (its ticks may be too few to place)."""
         dp = {name: _delta(start[0].get(name), cur) for name, cur in end[0].items()}
         dt = {tid: _delta(start[1].get(tid), cur) for tid, cur in end[1].items()}
-        ex = {name: estimate(self._pool_for(name, self.pools), d, self.ci, mode) for name, d in dp.items()}
-        ext = {tid: estimate(self._pool_for(tid, self.thread_pools), d, self.ci, mode) for tid, d in dt.items()}
+        seg = (lambda d: d) if mode == "count" else (lambda d: None)
+        ex = {name: estimate(self._pool_for(name, self.pools, seg(d)), d, self.ci, mode) for name, d in dp.items()}
+        ext = {tid: estimate(self._pool_for(tid, self.thread_pools, seg(d)), d, self.ci, mode) for tid, d in dt.items()}
         basis = sum(d["calls"][self.ci] if mode == "count" else
                     max(0, sum(a + b for a, b in d["ns"]) - sum(d["oh"])) for d in dp.values())
         b = BoundParts()
