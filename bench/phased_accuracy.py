@@ -73,6 +73,12 @@ def target_clock(s: dict, items: list, kind: str) -> tuple[float, float]:
     return sum(outside) / len(outside) / 1e3, sum(inside) / len(inside) / 1e3
 
 
+def target_calls(s: dict, items: list, kind: str) -> int:
+    """The target's own count of ``kind`` calls that began inside the session's window."""
+    w0, w1 = s["window"]["t0_monotonic_ns"], s["window"]["t1_monotonic_ns"]
+    return sum(1 for k, _, a, _b in items if k == kind and w0 <= a < w1)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--mode", choices=("exact", "default"), default="exact")
@@ -115,6 +121,13 @@ def main() -> None:
                   f"overhead {s['overhead']['estimated_pct']}% {s['overhead']['by_source_s']}")
             print(f"   measured prices {json.dumps(s['overhead'].get('measured_prices'))}")
             for kind, cat in (("simulator", "simulator"), ("backend", "backend")):
+                ours, theirs = s["calls"][cat] or 0, target_calls(s, items, kind)
+                est = s["estimates"].get(cat) or {}
+                bound = est.get("calls_bound")
+                print(f"   {kind} calls: ours {ours:,} against the target's {theirs:,} "
+                      f"({100 * (ours / max(1, theirs) - 1):+.1f}%), stated bound "
+                      f"{'n/a' if bound is None else f'±{100 * bound / max(1, ours):.0f}%'} "
+                      f"({est.get('calls_estimated', 0):,} estimated)")
                 u, p, ours = per_call(s, items, kind, cat)
                 print(f"   {kind} per call: target unprobed {u:.2f} us, probed {p:.2f} us, ours corrected {ours:.2f} us")
             u, p = target_clock(s, items, "python")
