@@ -384,9 +384,11 @@ class CategoryEstimate:
         before the first window (its ticks may be too few to place)."""
         dp = {name: _delta(start[0].get(name), cur) for name, cur in end[0].items()}
         dt = {tid: _delta(start[1].get(tid), cur) for tid, cur in end[1].items()}
-        seg = (lambda d: d) if mode == "count" else (lambda d: None)
-        ex = {name: estimate(self._pool_for(name, self.pools, seg(d)), d, self.ci, mode) for name, d in dp.items()}
-        ext = {tid: estimate(self._pool_for(tid, self.thread_pools, seg(d)), d, self.ci, mode) for tid, d in dt.items()}
+        counted = mode == "count"
+        ex = {name: estimate(self._pool_for(name, self.pools, d if counted else None), d, self.ci, mode)
+              for name, d in dp.items()}
+        ext = {tid: estimate(self._pool_for(tid, self.thread_pools, d if counted else None), d, self.ci, mode)
+               for tid, d in dt.items()}
         basis = sum(d["calls"][self.ci] if mode == "count" else
                     max(0, sum(a + b for a, b in d["ns"]) - sum(d["oh"])) for d in dp.values())
         b = BoundParts()
@@ -513,20 +515,17 @@ class CategoryEstimate:
         return math.sqrt(var)
 
     def _calls_bound(self, b: BoundParts) -> float | None:
-        """95% bound on the calls estimated in ``off`` segments: each part's calls are its time
-        times its windows' calls per ns of all time, so their error is that ratio's, from the
-        spread between its windows (the pooled windows' where a part has fewer than two). The
-        host's speed moves the ratio between windows: on this 2-core VM the phased trainer's
-        estimated calls read -42% to +48% of the target's count over 9 sessions of 4-6
-        windows a category. Segments share their windows (linear); parts do not (in quadrature).
-        The segments' own ratio strays as the windows' does, less over more time: a part with
-        ``basis`` ns off and ``sy`` ns of windows has (basis^2 + basis * sy) * se^2 (a
-        prediction, not the windows' mean alone). The windows' time is the probed time less
-        the calibrated price, so a price up to PRICE_REL_ERR off the true cost moves every
-        part's ratio by up to PRICE_REL_ERR / (1 - PRICE_REL_ERR) times the price's share of
-        the windows' time (linear over parts: one price for all; added to the spread's bound,
-        as a bias, not in quadrature).
-        None while no pool has two windows."""
+        """Bound (aimed at 95%) on the calls estimated in ``off`` segments, None while no pool
+        has two windows. A part's calls are its time times its windows' calls per ns of all
+        time, a ratio the host's speed moves between windows (docs/accuracy.md, "Estimated
+        calls and their bound"). Two terms:
+
+        - the windows' spread, as a prediction: a part with ``basis`` ns off and ``sy`` ns of
+          windows has (basis^2 + basis * sy) * se^2 (the stretches' own ratio strays too);
+          parts add in quadrature;
+        - a price up to PRICE_REL_ERR off what the traps cost: the windows' time is the probed
+          time less that price, so the ratio moves by up to PRICE_REL_ERR / (1 - PRICE_REL_ERR)
+          times the price's share of it; one price for all, so added linearly, as a bias."""
         var, price, known = 0.0, 0.0, False
         for name, basis in b.calls.items():
             pool = self._pool_for(name, self.pools)
@@ -544,7 +543,7 @@ class CategoryEstimate:
                                                                float | None]:
         """Per part and per thread, everything estimated so far (closed segments plus the open
         one), the 95% bound in ns (None while fewer than two windows say how they spread) and
-        the 95% bound on the estimated calls (``_calls_bound``)."""
+        the bound on the estimated calls (``_calls_bound``)."""
         ex, ext, b = dict(self.closed), dict(self.closed_threads), self.bound
         now = parts(threads, ops), by_thread(threads)
         segs = [self._segment(start, end, mode, now) for start, end, mode in self.pending]

@@ -150,7 +150,7 @@ def render(summary: dict, console: Console | None = None) -> None:
 
 
 def _calls_cell(summary: dict, c: str) -> str:
-    """A category's calls, with the 95% bound of the part the budget estimated (as a share of
+    """A category's calls, with the bound of the part the budget estimated (as a share of
     all its calls) where there is one."""
     calls = summary["calls"].get(c)
     est = (summary.get("estimates") or {}).get(c, {})
