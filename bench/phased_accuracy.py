@@ -102,6 +102,10 @@ def main() -> None:
             before, after = unprobed_shares(items, spans[:1]), unprobed_shares(items, spans[1:])
             print(f"   truth before / after: " + "  ".join(
                 f"{c} {100 * before[c]:.1f} / {100 * after[c]:.1f}%" for c in CATS))
+            missing = [c for c in CATS if s["totals"][f"{c}_s"] is None]
+            if missing:          # n/a (estimating): a figure the summary would not guess
+                print(f"{args.mode} {i}: {', '.join(missing)} n/a ({s['sources']})")
+                continue
             tot = sum(s["totals"][f"{c}_s"] for c in CATS)
             during = truth_shares(items, s["window"])      # the target's clock while attached (probed)
             print(f"   against the target's clock during the session: " + "  ".join(
