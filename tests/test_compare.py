@@ -118,15 +118,19 @@ def test_cli_compare_ok(tmp_path):
 def test_a_reader_that_stops_early_ends_us_quietly(tmp_path, what):
     """`rlscope-top symbols LIB | head`, `compare A B | head -1`: the reader closes the pipe
     after a line; we end with 141 (128 + SIGPIPE, as the shell's own tools) and say nothing,
-    where we said "internal error: BrokenPipeError" (symbols) or exited 1 (compare)."""
+    where we said "internal error: BrokenPipeError" (symbols) or exited 1 (compare). Both
+    outputs are larger than a pipe's 64 KiB, so the writer always meets the closed pipe (a
+    compare of two plain summaries, ~1.5 KB, could finish before the reader closed: 0, once
+    in CI)."""
     import sys  # noqa: PLC0415
 
     if what == "compare":
-        args = [_write(tmp_path, "a.json", _summary(4.0, 2.0, 1.0, 6007)),
-                _write(tmp_path, "b.json", _summary(5.0, 2.0, 2.0, 9001))]
+        fw = {f"fw{i:04d}": {"backend_s": 0.001, "calls": 7, "python->backend": 7} for i in range(1500)}
+        args = [_write(tmp_path, "a.json", _summary(4.0, 2.0, 1.0, 6007, frameworks=fw)),   # ~210 KB of rows
+                _write(tmp_path, "b.json", _summary(5.0, 2.0, 2.0, 9001, frameworks=fw))]
     else:
         args = [sys.executable]           # the interpreter's dynamic symbols: a long list
-    for _ in range(3):                    # whether the write or the exit's flush meets the closed pipe
+    for _ in range(3):
         p = subprocess.Popen([*CLI, what, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True, cwd=str(REPO))
         assert p.stdout.readline()
