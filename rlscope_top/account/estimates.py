@@ -108,6 +108,11 @@ def _clamped(rec: dict) -> dict:
     return rec
 
 
+def _all_ns(d: dict) -> float:
+    """All categories' ns of a counter record, less the calibrated probe cost charged in them."""
+    return max(0, sum(a + b for a, b in d["ns"]) - sum(d["oh"]))
+
+
 def _delta(a: dict | None, b: dict) -> dict:
     d = _zero()
     _add(d, b)
@@ -145,7 +150,7 @@ class Pool:
         self.decay(ts)
         self.c_on += max(0, d["ns"][ci][0] - d["oh"][ci])
         self.c_off += d["ns"][ci][1]
-        every = max(0, sum(a + b for a, b in d["ns"]) - sum(d["oh"]))
+        every = _all_ns(d)
         self.all += every
         self.oh += sum(d["oh"])
         self.calls += d["calls"][ci]
@@ -181,7 +186,7 @@ def estimate(pool: Pool, seg: dict, ci: int, mode: str) -> Extra:
         mode: ``count`` (calls exact) or ``off`` (nothing of the category counted).
     """
     py_on, py_off = seg["ns"][0]
-    seg_all = max(0, sum(a + b for a, b in seg["ns"]) - sum(seg["oh"]))
+    seg_all = _all_ns(seg)
     if mode == "count":
         calls = seg["calls"][ci]
         if not calls:
@@ -389,11 +394,12 @@ class CategoryEstimate:
               for name, d in dp.items()}
         ext = {tid: estimate(self._pool_for(tid, self.thread_pools, d if counted else None), d, self.ci, mode)
                for tid, d in dt.items()}
-        basis = sum(d["calls"][self.ci] if mode == "count" else
-                    max(0, sum(a + b for a, b in d["ns"]) - sum(d["oh"])) for d in dp.values())
         b = BoundParts()
-        if mode == "off":
-            b.calls = {name: max(0, sum(a + c for a, c in d["ns"]) - sum(d["oh"])) for name, d in dp.items()}
+        if counted:
+            basis = sum(d["calls"][self.ci] for d in dp.values())
+        else:
+            b.calls = {name: _all_ns(d) for name, d in dp.items()}    # ``off``: what each part's calls rest on
+            basis = sum(b.calls.values())
         if self._scale_by_ticks(ex, ext, dp, dt, b, mode, whole or ({}, {})):
             on, off = sum(e.ns[0] for e in ex.values()), sum(e.ns[1] for e in ex.values())
             basis *= off / (on + off) if on + off > 0 else 0.0    # the share sets the off-CPU part only
