@@ -89,18 +89,37 @@ class Interpreter:
         return struct.unpack("<Q", b)[0] if b else 0
 
     def thread_states(self) -> dict[int, int]:
-        """{tid as this machine sees it: PyThreadState address} of the main interpreter."""
+        """{tid as this machine sees it: PyThreadState address} of the main interpreter.
+
+        The list is read while the target runs: a thread that exits mid-walk leaves a freed
+        state whose next field is allocator data, which cuts the walk short or sends it
+        astray. So the list is walked until two walks in a row agree (at most 6 walks);
+        failing that, the threads any walk saw that are alive in the process are kept.
+        """
+        ns = ns_tids(self.pid)
+        walks: list[dict[int, int]] = []
+        for _ in range(6):
+            walks.append(self._walk_thread_states())
+            if len(walks) > 1 and walks[-1] == walks[-2]:
+                return {ns.get(native, native): t for native, t in walks[-1].items()}
+        live = _tids(self.pid)
+        out = {ns.get(native, native): t for w in walks for native, t in w.items()}
+        return {tid: t for tid, t in out.items() if tid in live}
+
+    def _walk_thread_states(self) -> dict[int, int]:
+        """One walk of the thread state list: {native tid: state address}."""
         L = self.layout
         interp = self.ptr(self.runtime + L.runtime_interp_head)
         t = self.ptr(interp + L.interp_threads_head) if interp else 0
-        ns = ns_tids(self.pid)
         out: dict[int, int] = {}
+        seen: set[int] = set()
         for _ in range(4096):                      # a torn list must not loop forever
-            if not t:
+            if not t or t in seen:
                 break
+            seen.add(t)
             native = self.ptr(t + L.tstate_native_id)
             if native:
-                out[ns.get(native, native)] = t
+                out[native] = t
             t = self.ptr(t + L.tstate_next)
         return out
 
@@ -208,6 +227,14 @@ def _symbols(path: str) -> tuple[dict[str, int], list, int]:
             return found, list(elf.loads), elf.etype
     except (OSError, NotElf, struct.error, ValueError):
         return {}, [], 0
+
+def _tids(pid: int) -> set[int]:
+    """The process's live threads, as this machine numbers them."""
+    try:
+        return {int(t) for t in os.listdir(f"/proc/{pid}/task")}
+    except OSError:
+        return set()
+
 
 def ns_tids(pid: int) -> dict[int, int]:
     """{tid in the process's own pid namespace: tid here}; empty maps are identity."""
