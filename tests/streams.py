@@ -29,6 +29,25 @@ def _trans(**kw):
     return t
 
 
+def _backend_thread(calls, backend_ns, python_ns):
+    return _thread(42, True, [[python_ns, 0], [backend_ns, 0], [0, 0], [0, 0]], [0, calls, 0, 0],
+                   _trans(py_be=calls))
+
+
+def windows_then_off_stream() -> list:
+    """The budget's estimates: timed 1 s (1000 calls, 1 ms each) -> off 2 s -> timed 1 s (500
+    calls) -> off 1 s."""
+    s0, th = 1000 * MS, _backend_thread
+    return [meta_record({"torch": ["/x"]}),
+            R.counters(s0 + 1000 * MS, [th(1000, 1000 * MS, 0)], [0, 0, 0]),
+            R.mode(s0 + 1000 * MS, "backend", "off", 50.0, 5.0),
+            R.counters(s0 + 3000 * MS, [th(1000, 1000 * MS, 2000 * MS)], [0, 0, 0]),
+            R.mode(s0 + 3000 * MS, "backend", "timed", 0.0, 5.0),
+            R.counters(s0 + 4000 * MS, [th(1500, 1500 * MS, 2500 * MS)], [0, 0, 0]),   # 500 calls x 1 ms
+            R.mode(s0 + 4000 * MS, "backend", "off", 50.0, 5.0),
+            R.counters(s0 + 5000 * MS, [th(1500, 1500 * MS, 3500 * MS)], [0, 0, 0])]
+
+
 def stream():
     main1 = _thread(42, True, [[300 * MS, 100 * MS], [200 * MS, 0], [100 * MS, 0], [0, 0]], [0, 23, 7, 0],
                     _trans(py_be=23, py_sim=7))

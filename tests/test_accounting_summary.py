@@ -11,7 +11,7 @@ from rlscope_top.report import summary as S
 from rlscope_top.account import session_figures as F
 from rlscope_top.account.accounting import Accounting
 
-from streams import MS, stream as _stream
+from streams import MS, stream as _stream, windows_then_off_stream
 
 
 def test_totals_sum_python_threads_only():
@@ -110,33 +110,13 @@ def test_later_counters_replace_earlier_ones_so_drops_lose_no_totals():
     assert S.build(full)["totals"] == S.build(lossy)["totals"]
 
 
-def _th(calls, backend_ns, python_ns):
-    from streams import _thread, _trans
-    return _thread(42, True, [[python_ns, 0], [backend_ns, 0], [0, 0], [0, 0]], [0, calls, 0, 0],
-                   _trans(py_be=calls))
-
-
-def _two_windows_then_off() -> list:
-    """timed 1 s (1000 calls, 1 ms each) -> off 2 s -> timed 1 s (500 calls) -> off 1 s."""
-    from streams import meta_record
-    s0 = 1000 * MS
-    return [meta_record({"torch": ["/x"]}),
-            R.counters(s0 + 1000 * MS, [_th(1000, 1000 * MS, 0)], [0, 0, 0]),
-            R.mode(s0 + 1000 * MS, "backend", "off", 50.0, 5.0),
-            R.counters(s0 + 3000 * MS, [_th(1000, 1000 * MS, 2000 * MS)], [0, 0, 0]),
-            R.mode(s0 + 3000 * MS, "backend", "timed", 0.0, 5.0),
-            R.counters(s0 + 4000 * MS, [_th(1500, 1500 * MS, 2500 * MS)], [0, 0, 0]),   # 500 calls x 1 ms
-            R.mode(s0 + 4000 * MS, "backend", "off", 50.0, 5.0),
-            R.counters(s0 + 5000 * MS, [_th(1500, 1500 * MS, 3500 * MS)], [0, 0, 0])]
-
-
 def test_estimated_calls_state_their_bound_in_the_summary_and_its_table(capsys):
     """The two windows ran 1 and 0.5 calls a ms: the calls estimated between them carry a 95%
     bound from that spread (Student's t for 2 windows: wide), in the JSON and beside the
     calls on the printed table; exact calls carry none."""
     from rich.console import Console
     a = Accounting()
-    a.feed(_two_windows_then_off())
+    a.feed(windows_then_off_stream())
     s = S.build(a)
     est = s["estimates"]["backend"]
     assert est["calls_estimated"] == s["calls"]["backend"] - 1500 > 0
@@ -157,7 +137,7 @@ def test_budget_estimates_follow_each_segment():
     an estimate never leaks into another segment."""
     from rlscope_top.account.estimates import HALF_LIFE_S
     a = Accounting()
-    a.feed(_two_windows_then_off())
+    a.feed(windows_then_off_stream())
     (th,) = a.python_threads()
     f = 0.5 ** (3.0 / HALF_LIFE_S)                 # window 1 (ends at 1 s) seen from window 2 (ends at 4 s)
     share = (1000 * f + 500) / (1000 * f + 1000)   # backend's share of the thread in the pooled windows

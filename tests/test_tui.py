@@ -8,7 +8,7 @@ import json
 import pytest
 
 from rlscope_top.tui.app import HelpScreen, RlscopeApp, spark, stacked_bar
-from streams import ops_stream, stream, write_ring
+from streams import ops_stream, stream, windows_then_off_stream, write_ring
 
 FROZEN = lambda: 1000.0  # noqa: E731 - a clock that never moves: no rates, no drift
 
@@ -48,13 +48,37 @@ async def test_rows_show_the_recorded_breakdown(ring, tmp_path):
         cats = {row[0][2:]: row for row in _cells(app, "#cats")}
         assert cats["Python"][1] == "0.80s" and cats["Python"][2].strip() == "51.3%"   # 0.8 / (0.8 + 0.36 + 0.4)
         assert cats["Backend"][1] == "0.36s" and cats["Simulator"][1] == "0.40s"
-        assert cats["CUDA API"][1] == "n/a" and cats["CUDA API"][4] == "unavailable"
+        assert cats["CUDA API"][1] == "n/a" and cats["CUDA API"][5] == "unavailable"
+        assert cats["Python"][3] == "" and cats["Backend"][3] == "1,009" and "±" not in cats["Backend"][3]
         ops = _cells(app, "#ops")
         assert ops[0][0] == "<all>" and ops[0][2] == "100%"
         assert [r[0] for r in _cells(app, "#threads")] == ["42", "44", "43"]   # on-CPU: 1.16 s, 0.495 s, 0.1 s
         header = str(app.query_one("#header").render())
         assert "pid 42" in header and "python train.py" in header
         assert "n/a, no GPU activity" in str(app.query_one("#gpu").render())
+
+
+@pytest.mark.anyio
+async def test_estimated_calls_show_their_bound_and_a_reset_keeps_it_the_sessions(tmp_path):
+    """The budget estimated backend's calls between two windows: the calls cell reads "N ±x%",
+    x the summary's bound over the session's calls; after a reset the count restarts and the
+    bound stays the session's calls' (the same ±x of a smaller count would overstate it)."""
+    from rlscope_top.account.accounting import Accounting
+    from rlscope_top.report import summary as S
+    a = Accounting()
+    a.feed(windows_then_off_stream())
+    s = S.build(a)
+    whole, bound = s["calls"]["backend"], s["estimates"]["backend"]["calls_bound"]
+    app = _app(write_ring(str(tmp_path / "est.bin"), windows_then_off_stream()), tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        cats = {row[0][2:]: row for row in _cells(app, "#cats")}
+        assert cats["Backend"][3] == f"{whole:,} ±{100 * bound / whole:.0f}%"
+        assert cats["Backend"][5].startswith("estimated ±")
+        await pilot.press("r")
+        await pilot.pause()
+        cats = {row[0][2:]: row for row in _cells(app, "#cats")}
+        assert cats["Backend"][3] == f"0 ±{100 * bound / whole:.0f}%"
 
 
 @pytest.mark.anyio

@@ -221,7 +221,7 @@ class RlscopeApp(App):
                                                       "trans/s", "calls/s")
         self.query_one("#procs", DataTable).add_columns("pid", "role", "command", "on-CPU", "Python at work", "Sim",
                                                         "Backend", "waiting", "calls", "state")
-        self.query_one("#cats", DataTable).add_columns("category", "time", "share", "history", "source")
+        self.query_one("#cats", DataTable).add_columns("category", "time", "share", "calls", "history", "source")
         self.query_one("#threads", DataTable).add_columns("tid", "name", "kind", "on-CPU", "off-CPU", "Python",
                                                           "native", "Backend", "Sim", "CUDA")
         self.refresh_view()
@@ -314,7 +314,7 @@ class RlscopeApp(App):
             colour, glyph = STYLE[c["name"]]
             share = NA_TEXT if c["seconds"] is None else f"{100 * c['share']:5.1f}%"
             rows.append((c["name"], (Text(f"{glyph} {c['label']}", style=colour), _fmt_s(c["seconds"]), share,
-                                     Text(spark(c["history"]), style=colour), c["source"])))
+                                     c["calls"], Text(spark(c["history"]), style=colour), c["source"])))
         _refill(self.query_one("#cats", DataTable), rows)
 
     def _procs(self, s: dict) -> None:

@@ -152,12 +152,23 @@ def render(summary: dict, console: Console | None = None) -> None:
 def _calls_cell(summary: dict, c: str) -> str:
     """A category's calls, with the bound of the part the budget estimated (as a share of
     all its calls) where there is one."""
-    calls = summary["calls"].get(c)
-    est = (summary.get("estimates") or {}).get(c, {})
+    return calls_text(summary["calls"].get(c), (summary.get("estimates") or {}).get(c, {}))
+
+
+def calls_text(calls, est: dict, whole=None) -> str:
+    """``calls`` as shown, with ``±x%`` where the budget estimated some of the session's
+    calls: the estimate's ``calls_bound`` over the session's calls.
+
+    Args:
+        calls: the calls shown (an int, or NA).
+        est: the category's entry of the summary's ``estimates``.
+        whole: the session's calls, where ``calls`` is a part (the screen's, since a reset).
+    """
+    whole = calls if whole is None else whole
     bound = est.get("calls_bound")
-    if not isinstance(calls, int) or not calls or not est.get("calls_estimated") or bound is None:
+    if not isinstance(calls, int) or not whole or not est.get("calls_estimated") or bound is None:
         return _fmt(calls)
-    return f"{_fmt(calls)} ±{100 * bound / calls:.0f}%"
+    return f"{_fmt(calls)} ±{100 * bound / whole:.0f}%"
 
 
 def _source_cell(summary: dict, c: str) -> str:

@@ -30,6 +30,14 @@ def _source(s: dict, c: str) -> str:
     return f"{src} ±{bound:.1f}pp" if src == "estimated" and bound is not None else src
 
 
+def _calls(cat: dict, c: str, est: dict, whole) -> str:
+    """A category's calls since the reset ("" for Python: it has none), with the bound of the
+    session's estimated calls (``est``, over the session's ``whole`` calls) where there is one."""
+    if c not in cat["calls_by"]:
+        return ""
+    return S.calls_text(cat["calls_by"][c], est.get(c, {}), whole.get(c))
+
+
 def _job_line(s: dict) -> str:
     """The job two ways: the Python threads' wall time (waiting apart), and CPU over all threads."""
     job = s.get("job") or {}
@@ -138,6 +146,7 @@ class ViewModel:
         rates = self._rates(now, tot)
         shares, cat_sum = _shares(tot)
         cat_shares, _ = _shares(cat)
+        est = (s.get("estimates") or {}) if self.scope is None else {}    # the estimates are the job's
         for c in CATEGORIES:
             self.history[c].append(100 * (cat_shares[c] or 0.0))
         meta = self.books.cpu.meta
@@ -151,7 +160,8 @@ class ViewModel:
             "dropped": self.reader.dropped,
             "end_reason": s["end_reason"], "ended": self.books.cpu.end_reason is not None,
             "categories": [{"name": c, "label": LABELS[c], "seconds": cat[c], "share": cat_shares[c],
-                            "source": _source(s, c), "history": list(self.history[c])} for c in CATEGORIES],
+                            "calls": _calls(cat, c, est, s["calls"]), "source": _source(s, c), "history": list(self.history[c])}
+                           for c in CATEGORIES],
             "job": _job_line(s),
             "operations": [{"name": ALL_OP, "source": "", "wall_share": 1.0 if cat_sum else 0.0,
                             "shares": shares, "transitions_per_s": rates["trans"], "calls_per_s": rates["calls"],
@@ -214,6 +224,8 @@ class ViewModel:
             v = s["totals"][f"{c}_s"]
             out[c] = None if v is None else v - (((b["totals"].get(f"{c}_s") or 0.0)) if b else 0.0)
         out["calls"] = sum(v or 0 for v in s["calls"].values()) - (sum(v or 0 for v in b["calls"].values()) if b else 0)
+        out["calls_by"] = {c: v if v is None or not b else v - (b["calls"].get(c) or 0)
+                           for c, v in s["calls"].items()}
         out["transitions"] = sum(v or 0 for v in s["transitions"].values()) - (
             sum(v or 0 for v in b["transitions"].values()) if b else 0)
         return out
