@@ -22,10 +22,12 @@ def main() -> None:
     import gymnasium as gym
     import torch
     from stable_baselines3 import PPO
+    from stable_baselines3.common.logger import Logger
 
     torch.set_num_threads(1)
     env = gym.make(args.env)
     model = PPO("MlpPolicy", env, n_steps=512, batch_size=64, n_epochs=4, seed=0, device="cpu", verbose=0)
+    model.set_logger(Logger(None, []))     # SB3's default makes an empty /tmp/SB3-<time> dir every learn()
     model.learn(512)
     print(f"ready {os.getpid()}", flush=True)
     end = time.monotonic() + args.seconds

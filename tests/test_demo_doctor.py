@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 
 import pytest
@@ -11,10 +12,13 @@ from support import CLI, REPO, load_summary
 
 @pytest.mark.ebpf
 def test_demo_headless_prints_nonzero_breakdown(ebpf, tmp_path):
-    out = tmp_path / "demo.json"
+    out, tmp = tmp_path / "demo.json", tmp_path / "tmp"
+    tmp.mkdir()
     p = subprocess.run([*CLI, "demo", "--headless", "--duration", "10", "--summary", str(out)],
-                       capture_output=True, text=True, timeout=240, cwd=str(tmp_path))
+                       capture_output=True, text=True, timeout=240, cwd=str(tmp_path),
+                       env={**os.environ, "TMPDIR": str(tmp)})
     assert p.returncode == 0, p.stderr
+    assert not list(tmp.glob("SB3-*"))        # the workload logs nowhere (SB3 made a dir per learn())
     s = load_summary(out)
     t = s["totals"]
     assert t["python_s"] > 0.5 and t["backend_s"] > 0.5 and t["simulator_s"] > 0.05
