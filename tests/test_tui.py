@@ -189,6 +189,37 @@ async def test_pause_reset_and_help(ring, tmp_path):
         assert not isinstance(app.screen, HelpScreen)
 
 
+@pytest.mark.anyio
+async def test_threads_and_processes_count_from_a_reset_as_the_categories_do(tmp_path):
+    """`r` at 1.5 s of tree_stream(): after it, a thread's and a process's rows read what came
+    since, as the categories beside them do (they read lifetime totals before); a thread born
+    since reads all of its own."""
+    from rlscope_top.ring.ring import RingWriter
+    from streams import tree_stream
+    recs, path = tree_stream(), str(tmp_path / "live.bin")
+    w = RingWriter(path, capacity=1 << 16)
+    for r in recs[:2]:
+        w.write(r)
+    app = _app(path, tmp_path)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause()
+        await pilot.press("r")
+        for r in recs[2:4]:
+            w.write(r)
+        app.refresh_view()
+        await pilot.pause()
+        threads = {row[0]: row for row in _cells(app, "#threads")}
+        # thread 42 at the reset: 0.6 s on CPU, 0.1 s off, Python 0.4 s, Backend 0.2 s, Sim 0.1 s;
+        # at 3 s (its probes' cost taken out): 1.16 s, 0.3 s, 0.7 s, 0.36 s, 0.4 s
+        assert threads["42"][3:9] == ["0.56s", "0.20s", "0.30s", "n/a", "0.16s", "0.30s"]
+        assert threads["44"][3:5] == ["0.49s", "1.50s"]                          # born since: all its own
+        procs = {row[0]: row for row in _cells(app, "#procs")}
+        assert procs["42"][3] == "0.66s" and procs["42"][8] == f"{986 + 16:,}"   # threads 42 and 43; calls
+        cats = {row[0][2:]: row for row in _cells(app, "#cats")}
+        assert cats["Backend"][3] == f"{986 + 23:,}"                             # 42's since, 60's all
+    w.close()
+
+
 def test_bar_and_sparkline_read_without_colour():
     bar = stacked_bar({"python": 0.5, "simulator": 0.25, "backend": 0.25, "cuda_api": 0.0}, 8)
     assert bar.plain == "████▒▒▓▓"

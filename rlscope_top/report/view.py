@@ -64,6 +64,23 @@ def _shares(tot: dict) -> tuple[dict, float]:
     return {c: NA if tot[c] is NA else (tot[c] / whole if whole else 0.0) for c in CATEGORIES}, whole
 
 
+THREAD_SECONDS = ("on_cpu_s", "off_cpu_s", "python_s", "native_s", *(f"{c}_s" for c in CATEGORIES if c != "python"))
+PROCESS_FIGURES = ("on_cpu_s", "off_cpu_s", "python_s", "waiting_s", "native_cpu_s", "calls",
+                   *(f"{c}_s" for c in CATEGORIES if c != "python"))
+
+
+def _minus(row: dict, base: dict | None, keys: tuple) -> dict:
+    """``row`` with ``keys`` counted from ``base`` (the same row at the reset): never below 0
+    (the budget re-estimates), n/a stays n/a."""
+    if base is None:
+        return row
+    out = dict(row)
+    for k in keys:
+        if isinstance(row.get(k), (int, float)) and isinstance(base.get(k), (int, float)):
+            out[k] = max(type(row[k])(0), row[k] - base[k])
+    return out
+
+
 def _process_row(p: dict) -> dict:
     """One row of the processes table: its Python column is Python at work, its waiting apart
     (the two add up to the process's Python time in its categories)."""
@@ -160,19 +177,30 @@ class ViewModel:
             "dropped": self.reader.dropped,
             "end_reason": s["end_reason"], "ended": self.books.cpu.end_reason is not None,
             "categories": [{"name": c, "label": LABELS[c], "seconds": cat[c], "share": cat_shares[c],
-                            "calls": _calls(cat, c, est, s["calls"]), "source": _source(s, c), "history": list(self.history[c])}
+                            "calls": _calls(cat, c, est, s["calls"]), "source": _source(s, c),
+                            "history": list(self.history[c])}
                            for c in CATEGORIES],
             "job": _job_line(s),
             "operations": [{"name": ALL_OP, "source": "", "wall_share": 1.0 if cat_sum else 0.0,
                             "shares": shares, "transitions_per_s": rates["trans"], "calls_per_s": rates["calls"],
                             "transitions": tot["transitions"], "calls": tot["calls"]}] + self._ops(s),
-            "threads": s["threads"],
-            "processes": [_process_row(p) for p in procs.values()],
+            "threads": self._threads(s),
+            "processes": self._processes(procs),
             "scope": None if self.scope is None else {"pid": self.scope, "role": procs[self.scope]["role"]},
             "gpu": {"available": s["totals"]["gpu_s"] is not None, "lines": gpu_summary.lines(s)},
             "warnings": [self._when(n) + n["msg"] for n in self.books.cpu.notes if n["level"] in ("warn", "error")],
             "notes": self.notes(),
         }
+
+    def _threads(self, s: dict) -> list[dict]:
+        """The thread rows, their seconds since the last reset (a thread born since: all of it)."""
+        base = {t["tid"]: t for t in (self._base or {}).get("threads") or []}
+        return [_minus(t, base.get(t["tid"]), THREAD_SECONDS) for t in s["threads"]]
+
+    def _processes(self, procs: dict) -> list[dict]:
+        """The process rows, their seconds and calls since the last reset."""
+        base = {p["pid"]: _process_row(p) for p in (self._base or {}).get("processes") or []}
+        return [_minus(_process_row(p), base.get(pid), PROCESS_FIGURES) for pid, p in procs.items()]
 
     def _when(self, note: dict) -> str:
         """'at 12s: ' for a notice: a budget step is an event of the past, not the state now."""
