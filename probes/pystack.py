@@ -228,6 +228,7 @@ def _symbols(path: str) -> tuple[dict[str, int], list, int]:
     except (OSError, NotElf, struct.error, ValueError):
         return {}, [], 0
 
+
 def _tids(pid: int) -> set[int]:
     """The process's live threads, as this machine numbers them."""
     try:
