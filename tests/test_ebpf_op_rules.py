@@ -142,11 +142,15 @@ def test_kernel_sampler_follows_a_child_from_its_fork(ebpf, target, monitor, tmp
     assert s["operations"]["childwork"]["source"] == "sampled"
 
 
+@pytest.mark.quiet
 @pytest.mark.parametrize("sampler", ["kernel", "austin"])
 def test_time_blocked_in_an_operation_is_that_operation(ebpf, target, monitor, tmp_path, sampler):
     """A main thread blocked ~70% of the time in wait_env (a pipe read): the kernel sampler
     reads the stack as the thread blocks, austin samples wall time; both give each
-    operation its time, though the thread is on a CPU only in compute."""
+    operation its time, though the thread is on a CPU only in compute.
+
+    Quiet: the truth is the target's own clock, and the compute phase's length moves with the
+    host's speed; austin's ~600 samples read compute 5.2 pp low once in CI (Intel VM, stop 54)."""
     truth = tmp_path / "truth.json"
     t = target("wait_loop.py", truth)
     m, summary = monitor(t.pid, "--duration", "6", "--op", "compute=compute", "--op", "wait=wait_env",

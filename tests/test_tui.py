@@ -217,6 +217,9 @@ async def test_threads_and_processes_count_from_a_reset_as_the_categories_do(tmp
         assert procs["42"][3] == "0.66s" and procs["42"][8] == f"{986 + 16:,}"   # threads 42 and 43; calls
         cats = {row[0][2:]: row for row in _cells(app, "#cats")}
         assert cats["Backend"][3] == f"{986 + 23:,}"                             # 42's since, 60's all
+        # CPU since the reset over its 1.5 s: Python (500 + 100 + 200 + 100 - 300) ms, Sim (300 + 700
+        # - 100) ms, Backend (360 + 250 - 200) ms, the native pool's 495 ms (lifetime: over 2 s)
+        assert "Python 0.40  Sim 0.60  Backend 0.27  native 0.33" in str(app.query_one("#job").render())
     w.close()
 
 

@@ -38,13 +38,15 @@ def _calls(cat: dict, c: str, est: dict, whole) -> str:
     return S.calls_text(cat["calls_by"][c], est.get(c, {}), whole.get(c))
 
 
-def _job_line(s: dict) -> str:
-    """The job two ways: the Python threads' wall time (waiting apart), and CPU over all threads."""
-    job = s.get("job") or {}
+def _job_line(s: dict, base: dict | None = None) -> str:
+    """The job two ways: the Python threads' wall time (waiting apart), and CPU over all threads;
+    since ``base`` (the figures at the last reset) where there is one."""
+    job, was = s.get("job") or {}, (base or {}).get("job") or {}
     crit, cpu = job.get("critical_path") or {}, job.get("cpu_s") or {}
+    crit, cpu = _minus(crit, was.get("critical_path"), tuple(crit)), _minus(cpu, was.get("cpu_s"), tuple(cpu))
     wall = sum(v for v in crit.values() if v) or 0.0
-    up = s.get("duration_s") or 0.0
-    if not wall or not up:
+    up = (s.get("duration_s") or 0.0) - ((base or {}).get("duration_s") or 0.0)
+    if not wall or up <= 0:
         return ""
     names = {"python_s": "Python", "waiting_s": "waiting", "simulator_s": "Sim", "backend_s": "Backend",
              "cuda_api_s": "CUDA"}
@@ -180,7 +182,7 @@ class ViewModel:
                             "calls": _calls(cat, c, est, s["calls"]), "source": _source(s, c),
                             "history": list(self.history[c])}
                            for c in CATEGORIES],
-            "job": _job_line(s),
+            "job": _job_line(s, self._base),
             "operations": [{"name": ALL_OP, "source": "", "wall_share": 1.0 if cat_sum else 0.0,
                             "shares": shares, "transitions_per_s": rates["trans"], "calls_per_s": rates["calls"],
                             "transitions": tot["transitions"], "calls": tot["calls"]}] + self._ops(s),
