@@ -29,6 +29,16 @@ double sim_work(long rounds) {
     return x;
 }
 
+/* sim_work's twin, never probed: timed beside the probed calls, it says how fast the machine
+ * ran just then (tests/targets/trap_cost.py). noipa: never folded into sim_work. */
+__attribute__((noipa)) double sim_ref(long rounds) {
+    volatile double x = 0;
+    for (long k = 0; k < rounds; k++)
+        for (int i = 0; i < 200; i++)
+            x += i * 0.5;
+    return x;
+}
+
 int sim_reset(void) { return 0; }
 
 /* Dies inside a probed call: the monitor must still end cleanly and count it. */

@@ -1,7 +1,9 @@
 """Back-to-back ~20 us simulator calls (tests/native/simlib.c ``sim_work``, whose first
-instruction is stepped out of line when probed), each batch timed on the target's own clock:
-what a probe costs a call is the time per call probed less unprobed
-(tests/test_ebpf_probe_prices.py).
+instruction is stepped out of line when probed), each batch timed on the target's own clock,
+then as many calls of its never-probed twin ``sim_ref``: what a probe costs a call is the
+difference per call, probed less unprobed (tests/test_ebpf_probe_prices.py). The twin beside
+each batch takes out the machine's speed, which on these VMs moves by more than the probe's
+cost between the unprobed and the probed spans.
 
 usage: trap_cost.py LIBTOYSIM LOG_JSON
 """
@@ -19,7 +21,7 @@ out = sys.argv[2]
 mono = time.monotonic_ns
 BATCH = 101
 ROUNDS = sim_rounds(lib, 20.0)
-log = []        # (t0, t1, calls): one batch
+log = []        # (t0, t1, t2, calls): one batch of sim_work (t0-t1), then of sim_ref (t1-t2)
 
 
 def dump(*_):
@@ -31,9 +33,13 @@ def dump(*_):
 
 signal.signal(signal.SIGTERM, dump)
 ready()
-sim = lib.sim_work
+sim, ref = lib.sim_work, lib.sim_ref
+ref.argtypes, ref.restype = sim.argtypes, sim.restype
 while True:
     t0 = mono()
     for _ in range(BATCH):
         sim(ROUNDS)
-    log.append((t0, mono(), BATCH))
+    t1 = mono()
+    for _ in range(BATCH):
+        ref(ROUNDS)
+    log.append((t0, t1, mono(), BATCH))
