@@ -60,7 +60,7 @@ def _run(env_extra: dict | None = None) -> dict:
 
 
 # One rerun: in one clean-clone CI run (Intel VM, 2026-11-29) the thread started after begin()
-# was still at nice 5 after end() gave the rest back; the race was not found (docs in the note).
+# was still at nice 5 after end() gave the rest back; the race has not been found.
 @pytest.mark.flaky(reruns=1)
 def test_niced_start_renices_its_own_tasks_steps_up_and_gives_every_one_back(ebpf):
     out = _run()
