@@ -16,6 +16,7 @@ from typing import Callable
 from ..errors import NotReadablePython
 from .bpf_cache import file_id
 from .elf_symbols import STT_OBJECT, ElfFile, NotElf, symbol_values
+from .maps import task_ids
 
 NONE = 0xFFFFFFFF
 
@@ -102,7 +103,7 @@ class Interpreter:
             walks.append(self._walk_thread_states())
             if len(walks) > 1 and walks[-1] == walks[-2]:
                 return {ns.get(native, native): t for native, t in walks[-1].items()}
-        live = _tids(self.pid)
+        live = set(task_ids(self.pid))
         out = {ns.get(native, native): t for w in walks for native, t in w.items()}
         return {tid: t for tid, t in out.items() if tid in live}
 
@@ -227,14 +228,6 @@ def _symbols(path: str) -> tuple[dict[str, int], list, int]:
             return found, list(elf.loads), elf.etype
     except (OSError, NotElf, struct.error, ValueError):
         return {}, [], 0
-
-
-def _tids(pid: int) -> set[int]:
-    """The process's live threads, as this machine numbers them."""
-    try:
-        return {int(t) for t in os.listdir(f"/proc/{pid}/task")}
-    except OSError:
-        return set()
 
 
 def ns_tids(pid: int) -> dict[int, int]:

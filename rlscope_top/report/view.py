@@ -253,9 +253,9 @@ class ViewModel:
         for c in CATEGORIES:
             v = s["totals"][f"{c}_s"]
             out[c] = None if v is None else v - (((b["totals"].get(f"{c}_s") or 0.0)) if b else 0.0)
-        out["calls"] = sum(v or 0 for v in s["calls"].values()) - (sum(v or 0 for v in b["calls"].values()) if b else 0)
         out["calls_by"] = {c: v if v is None or not b else v - (b["calls"].get(c) or 0)
                            for c, v in s["calls"].items()}
+        out["calls"] = sum(v or 0 for v in out["calls_by"].values())
         out["transitions"] = sum(v or 0 for v in s["transitions"].values()) - (
             sum(v or 0 for v in b["transitions"].values()) if b else 0)
         return out
