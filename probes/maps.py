@@ -16,7 +16,8 @@ from . import catalog
 from . import frameworks as fw
 from . import proc_maps
 
-DRAIN_BUDGET_S = 0.1   # monitor time one drain of the event buffer may take
+# monitor time one drain of the event buffer may take (the variable: a test makes it lag)
+DRAIN_BUDGET_S = float(os.environ.get("RLSCOPE_DRAIN_BUDGET_S", "0.1"))
 NTICK = 7       # on-CPU ticks per thread: Python (its frames read: bpf_program.c site_where), a probed category (1-3), other user code, kernel, a probe's trap
 NRANGES = 64    # executable mappings the tick can tell apart
 EV_RANGE_BEGIN, EV_RANGE_END, EV_THREAD_EXIT = 1, 2, 3
@@ -294,12 +295,14 @@ class MapAccess:
         self._sop.pop(tid, None)
         self._sop_seq.pop(tid, None)
 
-    def events(self, budget_s: float = DRAIN_BUDGET_S) -> list[tuple]:
+    def events(self, budget_s: float | None = DRAIN_BUDGET_S) -> list[tuple]:
         """Drain the BPF ring buffer: (kind, ts, tid, name, category) tuples, for at most
         ``budget_s`` of the monitor's time: what is left waits for the next call, and what
         no longer fits in the kernel's buffer is counted (``event_drops``), so a flood of
-        events (``--timeline`` on a hot loop) never stalls the session."""
-        self._drain_until = time.monotonic() + budget_s
+        events (``--timeline`` on a hot loop) never stalls the session. ``None``: all of it,
+        for the last drain once counting has stopped (what it left would be lost uncounted;
+        the buffer holds ~87k events, well under a second of this)."""
+        self._drain_until = float("inf") if budget_s is None else time.monotonic() + budget_s
         self.bpf.ring_buffer_consume()
         ev, self._events = self._events, []
         return ev

@@ -40,13 +40,30 @@ def test_hot_ranges_are_stopped_after_the_rare_ones_are_counted(ebpf, target, mo
     assert "Traceback" not in err
 
 
-# One rerun: in one clean-clone CI run (Intel VM, 2026-11-29, a slow host) the kernel counted
-# 100,026 hits of each range probe and the summary 98,751 hot ranges with dropped_events 0.
-# Where the 1,252 went is not known yet: a loss the drop counter does not see.
-@pytest.mark.flaky(reruns=1)
 def test_a_budget_that_affords_them_keeps_every_range(ebpf, target, monitor, tmp_path):
     s, err = _session(target, monitor, tmp_path, "--max-overhead", "1000")
     assert s["ranges"]["cold"]["count"] == COLD
     assert s["probes"]["dropped_events"] == 0
     assert s["ranges"]["hot"]["count"] == HOT, (s["ranges"], s["budget"], s["probes"]["hits"])
     assert "torch ranges" not in s["budget"]["modes"], s["budget"]
+
+
+def test_events_left_in_the_buffer_at_the_end_are_read_not_lost(ebpf, target, monitor, tmp_path):
+    """A monitor that lags (here: each tick may drain only ~1k events) leaves a full buffer
+    behind at the end. The last drain reads all of it: each range's two events are counted in
+    a range or as dropped, but for the few pairs a burst of drops cuts in two. The last drain
+    used to take one tick's budget and lose the rest unsaid (a slow CI host: 98,751 of 100,003
+    ranges with 0 dropped)."""
+    go, done = tmp_path / "go", tmp_path / "done"
+    t = target("range_rates.py", COLD, HOT, go, done)
+    m, summary = monitor(t.pid, "--max-overhead", "1000", env={"RLSCOPE_DRAIN_BUDGET_S": "0.000001"})
+    go.touch()
+    wait_file(done, 120)
+    assert stop(m) == 0, m.stderr_text
+    s = load_summary(summary)
+    counted = s["ranges"]["cold"]["count"] + s["ranges"].get("hot", {"count": 0})["count"]
+    lost = s["probes"]["dropped_events"]
+    assert lost > 0, s["probes"]               # it did lag: the buffer overflowed while running
+    assert s["probes"]["hits"]["record_function"] == COLD + HOT, s["probes"]["hits"]
+    unpaired = 2 * (COLD + HOT) - 2 * counted - lost     # events read that found no partner
+    assert 0 <= unpaired <= 64, (counted, lost, s["ranges"])

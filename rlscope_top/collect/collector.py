@@ -236,7 +236,7 @@ class Collector(OperationSources, BudgetLoop, RecordBuilder):
         self.processes.refresh([])               # a process that ended just now ends in the summary
         self._stop_operations()
         self._record_stacks()
-        self._drain_events()
+        self._drain_events(final=True)
         self._close_ops(frozen)
         self._write_counters(self._counters(frozen))
         for src in self.sources:

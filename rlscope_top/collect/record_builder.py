@@ -157,9 +157,11 @@ class RecordBuilder:
         if items:
             self.ring.write(R.intervals(items))
 
-    def _drain_events(self) -> None:
+    def _drain_events(self, final: bool = False) -> None:
+        """Ranges, operation changes and timeline events from the kernel's buffer into the
+        ring; ``final``: all of them (counting has stopped), not one tick's budget."""
         items, timeline = [], []
-        for kind, ts, tid, name, cat in self.probes.events():
+        for kind, ts, tid, name, cat in self.probes.events(None if final else M.DRAIN_BUDGET_S):
             if kind in _TIMELINE_KINDS:
                 timeline.append([ts, tid, _TIMELINE_KINDS[kind], cat])
                 continue
