@@ -86,6 +86,7 @@ class ProbeSet(MapAccess):
         self._offsets: dict[tuple, int] = {}      # (library, symbol, offset) -> file offset
         self._events: list[tuple] = []
         self._drain_until = 0.0
+        self._range_names: dict[int, str] = {}   # the kernel's range name ids (named_ranges)
         self.bpf = None
         self.compiled: str | None = None          # load(): "cache" (probes/bpf_cache.py) or "bcc"
         self.t0_ns = 0

@@ -21,6 +21,7 @@ DRAIN_BUDGET_S = float(os.environ.get("RLSCOPE_DRAIN_BUDGET_S", "0.1"))
 NTICK = 7       # on-CPU ticks per thread: Python (its frames read: bpf_program.c site_where), a probed category (1-3), other user code, kernel, a probe's trap
 NRANGES = 64    # executable mappings the tick can tell apart
 EV_RANGE_BEGIN, EV_RANGE_END, EV_THREAD_EXIT = 1, 2, 3
+UNNAMED_RANGE = "(ranges past the kernel's 1,024 names)"   # bpf_program.c range_ids is full
 EV_ENTER, EV_EXIT, EV_ON, EV_OFF, EV_NEW, EV_OP = 5, 6, 7, 8, 9, 10
 SOP_BLOCKED = 0x80000000    # bpf_program.c: the op of a blocked sample, for the time off CPU
 
@@ -134,6 +135,20 @@ class MapAccess:
                 run=s.run, last_ts=s.last_ts, pyflag=bool(s.pyflag), exited=bool(s.exited),
                 aop=s.aop, opflag=bool(s.opflag), fw=_fw_counters(s.fw), ticks=list(s.ticks),
                 switches=s.switches, preempt_ns=s.preempt_ns, op_now=_cur_op(s)))
+        return out
+
+    def named_ranges(self) -> dict[str, list[int]]:
+        """record_function ranges closed so far, summed in the kernel over threads and
+        processes: ``{name: [count, ns]}``. A range open at attach is not in it, nor one nested
+        deeper than the kernel keeps open per thread (bpf_program.c RANGE_DEPTH, 8)."""
+        items = [(k.value & 0xffffffff, v.count, v.ns) for k, v in self.bpf["range_stat"].items()]
+        if any(i not in self._range_names for i, _, _ in items):
+            self._range_names = {v.value: k.s.decode(errors="replace") for k, v in self.bpf["range_ids"].items()}
+        out: dict[str, list[int]] = {}
+        for i, n, ns in items:
+            c = out.setdefault(self._range_names.get(i, UNNAMED_RANGE), [0, 0])
+            c[0] += n
+            c[1] += ns
         return out
 
     def category_ranges(self, pid: int | None = None) -> list[tuple[int, int, int]]:
@@ -287,7 +302,7 @@ class MapAccess:
     def forget(self, tid: int) -> None:
         """Drop the state of an exited thread once it has been read: its counters and its
         sampled operations, in the kernel and here (a churning program makes thousands)."""
-        for name in ("threads", "sop"):
+        for name in ("threads", "sop", "range_stack"):
             try:
                 del self.bpf[name][ct.c_uint(tid)]
             except KeyError:

@@ -254,6 +254,19 @@ def test_a_native_thread_is_named_by_its_user_space_ticks(ticks, want):
     assert row["category"] == want, row
 
 
+def test_ranges_summed_in_the_kernel_stand_over_any_intervals():
+    """Counters that carry the kernel's range totals (cumulative) are the ranges; intervals of
+    kind range (a recording from before, or --timeline's stream) do not add to them."""
+    out = _stream()
+    ctr = out[3]
+    out[3] = {**ctr, "ranges": {"Optimizer.step#SGD.step": [1009, 23 * MS], "zero_grad": [7, 2 * MS]}}
+    a = Accounting()
+    a.feed(out + [R.intervals([R.interval(42, "range", "zero_grad", 3100 * MS, 3200 * MS)])])
+    s = S.build(a, ring_path="/dev/shm/x", dropped=0)
+    assert s["ranges"] == {"Optimizer.step#SGD.step": {"count": 1009, "total_s": 0.023},
+                           "zero_grad": {"count": 7, "total_s": 0.002}}
+
+
 def test_ranges_stopped_by_the_budget_count_no_training_steps():
     from rlscope_top.account.gpu_figures import ranges_stopped
     step = {"at_s": 1.25, "category": "torch ranges", "mode": "stopped", "overhead_pct": 7.1}

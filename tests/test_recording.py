@@ -306,6 +306,21 @@ def test_a_window_from_s_is_the_counters_growth_since_it_opened(tmp_path):
     assert recording.since(ops_stream(), 0) == ops_stream()            # before the first counters: all
 
 
+def test_a_window_counts_the_ranges_closed_in_it(tmp_path):
+    """The kernel's range totals are cumulative, like the rest of the counters: a window's
+    ranges are their growth since it opened (23 by 0.5 s, 1009 by 2.0 s: 986 in --from 1)."""
+    from rlscope_top.commands.replay import summary_of
+    from streams import stream
+
+    out = stream()
+    out[1] = {**out[1], "ranges": {"step": [23, 23 * MS]}}
+    out[3] = {**out[3], "ranges": {"step": [1009, 1009 * MS], "zero_grad": [7, 7 * MS]}}
+    path, _ = _record(tmp_path, out)
+    assert summary_of(str(path))["ranges"]["step"] == {"count": 1009, "total_s": 1.009}
+    assert summary_of(str(path), (1.0, None))["ranges"] == {"step": {"count": 986, "total_s": 0.986},
+                                                            "zero_grad": {"count": 7, "total_s": 0.007}}
+
+
 @pytest.mark.parametrize("args, code, words", [
     (("--from", "3", "--to", "2"), EXIT_USAGE, "--from 3 is not before --to 2"),
     (("--from", "60"), EXIT_RECORDING, "no counters after --from 60 s"),

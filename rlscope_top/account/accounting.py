@@ -33,6 +33,7 @@ class Accounting:
         self.threads: dict[int, dict] = {}
         self.hits: list[int] = []
         self.ranges: dict[str, RangeStat] = {}
+        self._kernel_ranges = False              # the counters carry the ranges' totals
         self.notes: list[dict] = []
         self.end_reason: str | None = None
         self.last_ts = 0
@@ -60,7 +61,7 @@ class Accounting:
                 self._counters(r)
             elif t == R.INTERVALS:
                 for tid, kind, name, t0, t1 in r["items"]:
-                    if kind == "range":
+                    if kind == "range" and not self._kernel_ranges:
                         st = self.ranges.setdefault(name, RangeStat())
                         st.count += 1
                         st.total_ns += max(0, t1 - t0)
@@ -89,6 +90,9 @@ class Accounting:
             if key in r:
                 setattr(self, key, r[key])
         self.event_drops = r.get("event_drops", self.event_drops)
+        if "ranges" in r:      # summed in the kernel (recordings from before: paired from intervals)
+            self._kernel_ranges = True
+            self.ranges = {n: RangeStat(count, ns) for n, (count, ns) in r["ranges"].items()}
 
     def _events(self, r: dict) -> None:
         if self.engine is None:

@@ -72,7 +72,9 @@ class RecordBuilder:
         ops = _job_ops(per)
         rec = R.counters(now, list(self._threads.values()) + self._exited.rows(), self.probes.hits(),
                          self.budget.last_pct, ops=self._op_records(ops), procs=self.processes.records(per))
-        rec["event_drops"] = self.probes.event_drops()     # torch ranges use the ring without --timeline
+        rec["event_drops"] = self.probes.event_drops()
+        if ranges := self.probes.named_ranges():
+            rec["ranges"] = ranges
         cost = self.cost.read()
         if cost is not None:
             rec["cost"] = cost
