@@ -134,6 +134,24 @@ def test_attach_to_a_process_with_the_agent_joins_every_kernel(ebpf, gpu_native,
         t.close()
 
 
+def test_an_agent_loaded_after_attach_is_found(ebpf, gpu_native, monitor):
+    """The monitor keeps looking for an agent the target loads later (RLSCOPE_GPU_ACTIVITY in
+    a child, a dlopen), re-reading the target's maps only when its mapped size moves, and
+    then counts its kernels like one there from the start."""
+    t = _Driven(gpu_native, agent=False)
+    try:
+        mon, summary = monitor(t.pid, env={"RLSCOPE_CUPTI_LIB": gpu_native["cupti"]})
+        mon.wait_line("attached to PID", stream="stderr", timeout=60)
+        assert t(f"load {gpu_native['agent']}") == "loaded"
+        mon.wait_line("CUPTI activity on", stream="stderr", timeout=15)
+        assert t("kernels 23 1000 0") == "46"          # records the stand-in CUPTI made (two a kernel)
+        assert mon.finish(signal.SIGINT) == 0, mon.stderr_text
+        g_ = load_summary(summary)["gpu"]
+        assert g_["source"] == "cupti" and g_["kernels"] == 23 and g_["complete"] is True, g_
+    finally:
+        t.close()
+
+
 def test_gpu_activity_injects_the_agent_and_counts_exactly(ebpf, gpu_native, monitor):
     t = _Driven(gpu_native, agent=False)
     try:

@@ -8,7 +8,7 @@ line: ``kernels N DUR_NS NAME_ID``, ``memcpy N BYTES``, ``memset N BYTES``, ``cu
 ``sync N`` (N real cudaDeviceSynchronize calls),
 ``flush_hold MS`` (each CUPTI flush then takes MS more), ``fork_exit`` (ms a forked
 child takes to exit through its atexit hooks), ``threads`` (its thread count),
-``tid``, ``exit``.
+``tid``, ``load AGENT`` (load the agent now: one that comes after attach), ``exit``.
 
 Usage: gpu_native_target.py FAKE_CUDA FAKE_CUPTI AGENT|--no-agent
 """
@@ -48,6 +48,10 @@ cudart = _cudart()
 print("ready", os.getpid(), threading.get_native_id(), flush=True)
 for line in sys.stdin:
     cmd, *args = line.split()
+    if cmd == "load":
+        ctypes.CDLL(args[0])
+        print("loaded", flush=True)
+        continue
     a = [int(x) for x in args]
     if cmd == "kernels":
         cupti.fake_cupti_kernels(a[0], a[1], a[2])
