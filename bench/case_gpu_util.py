@@ -150,11 +150,11 @@ def why_not_runnable(py: str = PY) -> str | None:
 
 
 # -- one cell --------------------------------------------------------------------
-def _stop(p: subprocess.Popen) -> None:
-    """End a child we started: SIGINT first (rlscope-top detaches cleanly on it), then kill."""
+def _stop(p: subprocess.Popen, sig: int = signal.SIGINT) -> None:
+    """End a child we started: ``sig`` first (rlscope-top detaches cleanly on SIGINT), then kill."""
     if p.poll() is not None:
         return
-    p.send_signal(signal.SIGINT)
+    p.send_signal(sig)
     try:
         p.wait(timeout=30)
     except subprocess.TimeoutExpired:
@@ -227,10 +227,10 @@ def run_cell(cell: Cell, summary: str, tmp: str) -> dict:
         out, _ = wl.communicate(timeout=cell.seconds + 120)
         if mon.wait(timeout=120):
             raise CellError(f"rlscope-top exited {mon.returncode}: {_last_line(mlog)}")
-    finally:
-        for p in (wl, mon):
-            if p is not None:
-                _stop(p)
+    finally:   # the workload on SIGTERM: a child started from a background shell ignores SIGINT (30 s wait)
+        _stop(wl, signal.SIGTERM)
+        if mon is not None:
+            _stop(mon)
     lines = [ln for ln in out.splitlines() if ln.startswith("{")]
     if not lines:
         raise CellError(f"the workload printed no result: {_last_line(wlog)}")
