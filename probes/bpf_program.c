@@ -553,7 +553,7 @@ static __always_inline int on_count(struct pt_regs *ctx, int id) {
     return 0;
 }
 
-// Named ranges (record_function), summed here per process and name: a range costs no event
+// Named ranges (record_function), summed here per name over the job: a range costs no event
 // and no work in the monitor, and no reader loses one to a full buffer (a tiny-op loop's
 // optimizer opened ~2k a second: ~70% of the monitor's steady CPU went to their events). With
 // --timeline each range also streams as a begin and an end event, for the exported timeline.
@@ -577,7 +577,8 @@ struct rcnt {
     u64 count;
     u64 ns;
 };
-BPF_HASH(range_stat, u64, struct rcnt, 4096);   // key: tgid << 32 | id
+BPF_HASH(range_stat, u32, struct rcnt, 2048);   // by name id, summed over the job (a job of many processes
+                                                // would fill a table keyed by process as well)
 
 // A name's id: its FNV-1a hash, the same on every CPU (a counter would need the atomic's
 // return value, which this LLVM cannot give). A name range_ids has no room for is still
@@ -617,7 +618,7 @@ static __always_inline void range_open(u32 tid, u64 now, struct rname *nm) {
 }
 
 // The innermost open range closes (one closed with none open began before attach: not counted).
-static __always_inline void range_close(u32 tgid, u32 tid, u64 now) {
+static __always_inline void range_close(u32 tid, u64 now) {
     struct rstack *rs = range_stack.lookup(&tid);
     if (!rs || rs->n == 0)
         return;
@@ -626,7 +627,7 @@ static __always_inline void range_close(u32 tgid, u32 tid, u64 now) {
     if (n >= RANGE_DEPTH)
         return;
     struct rframe *f = &rs->f[n & (RANGE_DEPTH - 1)];
-    u64 key = ((u64)tgid << 32) | f->id;
+    u32 key = f->id;
     struct rcnt *c = range_stat.lookup(&key);
     if (!c) {
         struct rcnt z = {};
@@ -654,7 +655,7 @@ static __always_inline int emit(struct pt_regs *ctx, int id, u32 kind, int read_
         bpf_probe_read_user_str(nm.s, sizeof(nm.s), data);
         range_open((u32)id64, now, &nm);
     } else {
-        range_close(tgid, (u32)id64, now);
+        range_close((u32)id64, now);
     }
     int zero = 0;
     u32 *on = timeline.lookup(&zero);

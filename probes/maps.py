@@ -141,7 +141,7 @@ class MapAccess:
         """record_function ranges closed so far, summed in the kernel over threads and
         processes: ``{name: [count, ns]}``. A range open at attach is not in it, nor one nested
         deeper than the kernel keeps open per thread (bpf_program.c RANGE_DEPTH, 8)."""
-        items = [(k.value & 0xffffffff, v.count, v.ns) for k, v in self.bpf["range_stat"].items()]
+        items = [(k.value, v.count, v.ns) for k, v in self.bpf["range_stat"].items()]
         if any(i not in self._range_names for i, _, _ in items):
             self._range_names = {v.value: k.s.decode(errors="replace") for k, v in self.bpf["range_ids"].items()}
         out: dict[str, list[int]] = {}
