@@ -66,11 +66,25 @@ def test_thread_states_hold_while_other_threads_come_and_go(me):
     c.start()
     try:
         main, mine = threading.get_native_id(), _tstate()
-        missed = sum(me.thread_states().get(main) != mine for _ in range(20011))
+        missed = sum(me.thread_states().get(main) != mine for _ in range(100003))
     finally:
         stop.set()
         c.join()
     assert missed == 0
+
+
+def test_when_every_walk_is_torn_the_live_threads_keep_their_last_states(me, monkeypatch):
+    """Threads that start and exit back to back can tear every walk of a read (~1e-4 of reads
+    under the churn above, all at the list's head); the threads still alive keep the states
+    of the last whole read, and a thread that has exited is dropped."""
+    main, mine = threading.get_native_id(), _tstate()
+    assert me.thread_states()[main] == mine                     # a whole read first
+    gone = 2 ** 22 + 7                                          # no such thread
+    me._states[gone] = 0x1234
+    torn = iter([(False, {}), (False, {gone: 0x1234})] * pystack.WALKS)
+    monkeypatch.setattr(me, "_walk_thread_states", lambda: next(torn))
+    got = me.thread_states()
+    assert got[main] == mine and gone not in got, got
 
 
 def _until(cond, timeout: float = 5.0) -> bool:
