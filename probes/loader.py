@@ -252,7 +252,7 @@ class ProbeSet(MapAccess):
         return sum(len(a.parts) for a in self.attached)
 
     def maps_changed(self, now: float) -> bool:
-        """Whether a scan can find anything new: a scanned process's mapped size (proc_maps.stamp),
+        """Whether a scan can find anything new: a scanned process's library code or shared memory (proc_maps.stamp),
         the categories' modes (an ``off`` category's new libraries wait for a window) or the
         probes attached changed since the last time this said so, or FULL_SCAN_S passed (a
         library swapped for one of the same size). rl-zoo3's ~1,300 regions cost ~3.5 ms a scan

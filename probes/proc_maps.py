@@ -61,17 +61,21 @@ def _read(pid: int) -> dict:
     return got
 
 
-def stamp(pids) -> tuple[tuple[int, int], ...]:
-    """A cheap sign that processes' mappings changed: each one's mapped size in pages
-    (/proc/PID/statm, no walk of its ~1,300 regions; -1 if gone). A mapping added or removed
-    changes it; one swapped for another of the same size does not."""
+def stamp(pids) -> tuple[tuple[int, int, int], ...]:
+    """A cheap sign that processes' mappings may have changed what a scan looks for: each one's
+    executable library code and its shared memory in kB (/proc/PID/status VmLib and RssShmem, no
+    walk of its ~1,300 regions; -1 if gone). A dlopen changes the first, a memfd region (the
+    annotation region, the GPU agent's) the second. The heap does not move them: the whole
+    mapped size did, and a replay buffer filling up (tianshou DQN, ~150 kB/s) made every scan a
+    full read of the maps (2.2 ms each). A library swapped for one of the same size does not."""
     out = []
     for pid in pids:
         try:
-            with open(f"/proc/{pid}/statm") as f:
-                out.append((pid, int(f.read().split(None, 1)[0])))
-        except (OSError, ValueError, IndexError):
-            out.append((pid, -1))
+            with open(f"/proc/{pid}/status") as f:
+                fields = dict(line.split(":", 1) for line in f if line.startswith(("VmLib:", "RssShmem:")))
+            out.append((pid, int(fields["VmLib"].split()[0]), int(fields.get("RssShmem", "0 kB").split()[0])))
+        except (OSError, ValueError, KeyError, IndexError):
+            out.append((pid, -1, -1))
     return tuple(out)
 
 

@@ -120,18 +120,34 @@ def test_named_takes_the_whole_path_field_only(monkeypatch):
 
 
 MAPPER = """
-import mmap, sys
+import mmap, os, sys
 kept = []
 print("ready", flush=True)
 for line in sys.stdin:
-    f = open(sys.executable, "rb")          # a file mapping, as a dlopen makes
-    kept.append(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+    what = line.strip()
+    if what == "lib":                       # executable code mapped from a file, as a dlopen makes
+        f = open(sys.executable, "rb")
+        kept.append(mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ | mmap.PROT_EXEC))
+    elif what == "heap":                    # the heap grows (a replay buffer filling up)
+        kept.append(bytearray(8 << 20))
+    elif what == "memfd":                   # a shared region, as the annotation region and the GPU agent's
+        fd = os.memfd_create("probe-region")
+        os.ftruncate(fd, 1 << 16)
+        m = mmap.mmap(fd, 1 << 16)
+        m[:4096] = b"x" * 4096
+        kept.append(m)
     print("mapped", flush=True)
 """
 
 
 def test_a_scan_reads_the_maps_again_only_when_they_may_have_changed():
     p = subprocess.Popen([sys.executable, "-c", MAPPER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def do(what: str) -> None:
+        p.stdin.write(what + "\n")
+        p.stdin.flush()
+        assert p.stdout.readline().strip() == "mapped"
+
     try:
         assert p.stdout.readline().strip() == "ready"
         ps = ProbeSet(p.pid, catalog.builtin())
@@ -139,12 +155,15 @@ def test_a_scan_reads_the_maps_again_only_when_they_may_have_changed():
         assert s0[0][0] == p.pid and s0[0][1] > 0
         assert ps.maps_changed(100.0) is True              # the first scan
         assert ps.maps_changed(100.5) is False             # nothing moved
-        p.stdin.write("map\n")
-        p.stdin.flush()
-        assert p.stdout.readline().strip() == "mapped"
+        do("heap")
+        assert ps.maps_changed(100.7) is False             # the heap is nothing a scan looks for
+        do("lib")
         assert proc_maps.stamp([p.pid]) != s0
-        assert ps.maps_changed(101.0) is True              # a new file mapping
+        assert ps.maps_changed(101.0) is True              # a new library's code
         assert ps.maps_changed(101.5) is False
+        do("memfd")
+        assert ps.maps_changed(101.7) is True              # a new shared region
+        assert ps.maps_changed(101.8) is False
         ps.modes[1] = "off"
         assert ps.maps_changed(102.0) is True              # a category's mode: its libraries wait on it
         assert ps.maps_changed(102.5) is False
@@ -152,4 +171,4 @@ def test_a_scan_reads_the_maps_again_only_when_they_may_have_changed():
     finally:
         p.kill()
         p.wait()
-    assert proc_maps.stamp([p.pid]) == ((p.pid, -1),)     # gone
+    assert proc_maps.stamp([p.pid]) == ((p.pid, -1, -1),)     # gone

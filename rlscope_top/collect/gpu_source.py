@@ -29,7 +29,7 @@ START_WAIT_S = 20.0         # CUPTI's first enable can take seconds (driver, con
 STOP_WAIT_S = 10.0          # disable + forced flush
 FIND_PERIOD_S = 1.0         # without an agent: look for one this often (it may be loaded later) ...
 LAUNCH_FIND_PERIOD_S = 0.1  # ... and in `run`, where it starts itself and may live briefly
-FIND_FULL_S = 5.0           # where the target's mapped size has not moved, look this often only (_find_due)
+FIND_FULL_S = 5.0           # where the target's shared memory has not moved, look this often only (_find_due)
 CUPTI_NS_PER_ACTIVITY = 2000   # CUPTI's own cost per traced activity, measured on an H100 (docs/gpu-validation.md)
 CHUNK = 20_000              # activity items per `gpu` record (--timeline only)
 RECENT_TICKS = 8            # snaps kept while traced continuously
@@ -61,7 +61,7 @@ class GpuSource:
         self.region: gpu_region.GpuRegion | None = None
         self.dtypes: dict = {}
         self._next_find = 0.0
-        self._find_key: tuple | None = None     # the target's mapped size at the last look, and when
+        self._find_key: tuple | None = None     # the target's proc_maps.stamp at the last look, and when
         self._said_none = False
         self._sync_last: dict | None = None
         self.col = None
@@ -247,8 +247,8 @@ class GpuSource:
         self._find()
 
     def _find_due(self) -> bool:
-        """Whether a look for the agent's region can find it: the agent maps it, so the target's
-        mapped size moves (proc_maps.stamp); failing that, every FIND_FULL_S. rl-zoo3's ~1,300
+        """Whether a look for the agent's region can find it: the agent maps a memfd, so the
+        target's shared memory moves (proc_maps.stamp); failing that, every FIND_FULL_S. rl-zoo3's ~1,300
         regions took 2.2 ms a look, every second, on a machine with no GPU. In `run` the agent
         is expected: always look."""
         if self.opts.launch:
