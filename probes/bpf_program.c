@@ -600,14 +600,10 @@ static __always_inline u32 range_id(struct rname *nm) {
 }
 
 static __always_inline void range_open(u32 tid, u64 now, struct rname *nm) {
-    struct rstack *rs = range_stack.lookup(&tid);
-    if (!rs) {
-        struct rstack z = {};
-        range_stack.update(&tid, &z);
-        rs = range_stack.lookup(&tid);
-        if (!rs)
-            return;
-    }
+    struct rstack z = {};
+    struct rstack *rs = range_stack.lookup_or_try_init(&tid, &z);
+    if (!rs)
+        return;
     u32 n = rs->n;
     if (n < RANGE_DEPTH) {
         rs->f[n & (RANGE_DEPTH - 1)].ts = now;
@@ -628,14 +624,10 @@ static __always_inline void range_close(u32 tid, u64 now) {
         return;
     struct rframe *f = &rs->f[n & (RANGE_DEPTH - 1)];
     u32 key = f->id;
-    struct rcnt *c = range_stat.lookup(&key);
-    if (!c) {
-        struct rcnt z = {};
-        range_stat.insert(&key, &z);
-        c = range_stat.lookup(&key);
-        if (!c)
-            return;
-    }
+    struct rcnt z = {};
+    struct rcnt *c = range_stat.lookup_or_try_init(&key, &z);
+    if (!c)
+        return;
     __sync_fetch_and_add(&c->count, 1);
     __sync_fetch_and_add(&c->ns, now > f->ts ? now - f->ts : 0);
 }
