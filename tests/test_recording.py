@@ -313,8 +313,8 @@ def test_a_window_counts_the_ranges_closed_in_it(tmp_path):
     from streams import stream
 
     out = stream()
-    out[1] = {**out[1], "ranges": {"step": [23, 23 * MS]}}
-    out[3] = {**out[3], "ranges": {"step": [1009, 1009 * MS], "zero_grad": [7, 7 * MS]}}
+    out[1] = {**out[1], "ranges": {"step": [23, 23 * MS], "warm": [1, MS]}}     # warm: none in the window
+    out[3] = {**out[3], "ranges": {"step": [1009, 1009 * MS], "zero_grad": [7, 7 * MS], "warm": [1, MS]}}
     path, _ = _record(tmp_path, out)
     assert summary_of(str(path))["ranges"]["step"] == {"count": 1009, "total_s": 1.009}
     assert summary_of(str(path), (1.0, None))["ranges"] == {"step": {"count": 986, "total_s": 0.986},

@@ -92,7 +92,7 @@ class Accounting:
         self.event_drops = r.get("event_drops", self.event_drops)
         if "ranges" in r:      # summed in the kernel (recordings from before: paired from intervals)
             self._kernel_ranges = True
-            self.ranges = {n: RangeStat(count, ns) for n, (count, ns) in r["ranges"].items()}
+            self.ranges = {n: RangeStat(count, ns) for n, (count, ns) in r["ranges"].items() if count}
 
     def _events(self, r: dict) -> None:
         if self.engine is None:
