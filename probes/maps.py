@@ -16,8 +16,18 @@ from . import catalog
 from . import frameworks as fw
 from . import proc_maps
 
-# monitor time one drain of the event buffer may take (the variable: a test makes it lag)
-DRAIN_BUDGET_S = float(os.environ.get("RLSCOPE_DRAIN_BUDGET_S", "0.1"))
+
+def _env_s(name: str, default: float) -> float:
+    """A positive number of seconds from the environment, else ``default`` (a bad value is ignored)."""
+    try:
+        v = float(os.environ.get(name, default))
+    except ValueError:
+        return default
+    return v if v > 0 else default
+
+
+DRAIN_BUDGET_S = _env_s("RLSCOPE_DRAIN_BUDGET_S", 0.1)   # monitor time one drain of the event buffer may
+                                                         # take (the variable: a test makes it lag)
 NTICK = 7       # on-CPU ticks per thread: Python (its frames read: bpf_program.c site_where), a probed category (1-3), other user code, kernel, a probe's trap
 NRANGES = 64    # executable mappings the tick can tell apart
 EV_RANGE_BEGIN, EV_RANGE_END, EV_THREAD_EXIT = 1, 2, 3
