@@ -21,6 +21,7 @@ import os
 from rich.console import Console
 from rich.table import Table
 
+from .console import text_console
 from ..errors import UsageError
 from .summary import SCHEMA
 from ..vocab import CATEGORIES, NA_TEXT
@@ -174,7 +175,7 @@ def run(path_a: str, path_b: str, steps_a: int | None = None, steps_b: int | Non
     if (steps_a is None) != (steps_b is None) and not (sa and sb):
         raise UsageError("steps given for one run only", "pass both --steps-a and --steps-b (or --steps for both)")
     names = names or (os.path.basename(path_a), os.path.basename(path_b))
-    console = console or Console()
+    console = console or text_console()
     for n, doc in zip(names, (a, b)):
         console.print(f"{n}: pid {doc.get('pid')}  {doc['duration_s']:.1f}s  {doc.get('command', '')[:90]}",
                       soft_wrap=True)

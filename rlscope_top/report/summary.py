@@ -10,6 +10,7 @@ import tempfile
 from ..account import frameworks as FW
 from ..account import processes as P
 from . import gpu_summary
+from .console import text_console
 from ..account.accounting import Accounting
 from ..account.gpu_figures import GpuView, ranges_stopped
 from ..account.session_figures import figures
@@ -104,10 +105,9 @@ def _fmt(v, unit: str = "s") -> str:
 
 def render(summary: dict, console: Console | None = None) -> None:
     """Print the summary as rich tables."""
-    from rich.console import Console  # noqa: PLC0415 - rich only when printing: off the attach's path
-    from rich.table import Table  # noqa: PLC0415
+    from rich.table import Table  # noqa: PLC0415 - rich only when printing: off the attach's path
 
-    console = console or Console(stderr=False)
+    console = console or text_console()
     t = summary["totals"]
     head = (f"rlscope-top summary  pid {summary['pid']}  {summary['duration_s']:.1f}s  "
             f"({summary['end_reason'] or 'running'})")
