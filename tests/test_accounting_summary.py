@@ -130,6 +130,21 @@ def test_estimated_calls_state_their_bound_in_the_summary_and_its_table(capsys):
     assert "±" not in capsys.readouterr().out
 
 
+def test_calls_estimated_from_one_window_say_their_bound_is_not_known_yet(capsys):
+    """One window, then off: the calls between are a number with no spread to bound it. They
+    read ``±?``, not as if exact (a replayed 4 s window of rl-zoo3 DQN had one window: 75,921
+    calls where the session's rate said ~170k)."""
+    from rich.console import Console
+    a = Accounting()
+    a.feed(windows_then_off_stream()[:4])           # timed 1 s, then off 2 s
+    s = S.build(a)
+    est = s["estimates"]["backend"]
+    assert est["calls_estimated"] > 0 and est["calls_bound"] is None
+    S.render(s, Console(width=160, force_terminal=False))
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.strip().startswith("backend"))
+    assert f"{s['calls']['backend']:,} ±?" in row
+
+
 def test_budget_estimates_follow_each_segment():
     """timed 1 s (1000 calls, 1 ms each) -> off 2 s -> timed 1 s (500 calls) -> off 1 s: a
     closed off segment keeps the estimate its windows gave (window 1 alone: all backend),

@@ -43,3 +43,20 @@ def test_a_piped_summary_prints_every_cell_whole():
 def test_columns_set_by_the_user_still_rule():
     out = _printed({"COLUMNS": "60"})
     assert max(len(line) for line in out.splitlines() if "│" in line) <= 60
+
+
+def _doc(pct: float, parts: dict) -> dict:
+    return {"overhead": {"estimated_pct": pct, "by_source_s": parts}, "budget": {"max_overhead_pct": 5.0}}
+
+
+def test_a_self_report_over_the_budget_says_which_part_the_budget_could_not_turn_off():
+    from rlscope_top.report import summary as S
+    # rl-zoo3 DQN CartPole, `--timeline --record`, 12 s: 10.6% under a 5% budget
+    busy = _doc(10.62, {"probes": 0.087, "scheduler": 0.003, "kernel_extra": 0.154, "contention": 1.030,
+                        "sampler": 0.023, "gpu_agent": 0.0, "cupti": 0.0})
+    assert S.over_budget(busy) == ("over the 5% budget: most of it (1.03 s) the monitor's own CPU on cores "
+                                   "the job keeps busy, which no budget step turns off")
+    traps = _doc(7.0, {"probes": 0.9, "contention": 0.1})
+    assert S.over_budget(traps) == "over the 5% budget: most of it (0.90 s) probe traps"
+    assert S.over_budget(_doc(4.9, {"contention": 1.0})) is None
+    assert S.over_budget(_doc(None, {"contention": 1.0})) is None

@@ -131,7 +131,7 @@ def render(summary: dict, console: Console | None = None) -> None:
     oh = summary["overhead"]
     pct = oh["estimated_pct"]
     console.print(f"probe hits {oh['probe_hits']:,}  estimated overhead {oh['estimated_s']:.3f}s"
-                  f" ({'n/a' if pct is None else f'{pct:.2f}%'} of wall time){_raised(oh)}  ring drops {summary['ring']['dropped']}",
+                  f" ({'n/a' if pct is None else f'{pct:.2f}%'} of wall time){_over_budget(summary)}{_raised(oh)}  ring drops {summary['ring']['dropped']}",
                   soft_wrap=True)
     _render_job(summary, console)
     fw_line = FW.render_line(summary)
@@ -157,7 +157,9 @@ def _calls_cell(summary: dict, c: str) -> str:
 
 def calls_text(calls, est: dict, whole=None) -> str:
     """``calls`` as shown, with ``±x%`` where the budget estimated some of the session's
-    calls: the estimate's ``calls_bound`` over the session's calls.
+    calls: the estimate's ``calls_bound`` over the session's calls; ``±?`` while fewer than
+    two windows have measured them (a replayed window of 4 s had one: 75,921 calls where
+    the session's rate said ~170k, and it read as exact).
 
     Args:
         calls: the calls shown (an int, or NA).
@@ -166,8 +168,10 @@ def calls_text(calls, est: dict, whole=None) -> str:
     """
     whole = calls if whole is None else whole
     bound = est.get("calls_bound")
-    if not isinstance(calls, int) or not whole or not est.get("calls_estimated") or bound is None:
+    if not isinstance(calls, int) or not whole or not est.get("calls_estimated"):
         return _fmt(calls)
+    if bound is None:       # estimated from fewer than two windows: a number, but no bound yet
+        return f"{_fmt(calls)} ±?"
     return f"{_fmt(calls)} ±{100 * bound / whole:.0f}%"
 
 
@@ -175,6 +179,34 @@ def _source_cell(summary: dict, c: str) -> str:
     src = summary["sources"].get(f"{c}_s", "")
     bound = (summary.get("estimates") or {}).get(c, {}).get("bound_pp")
     return f"{src} ±{bound:.1f}pp" if src == "estimated" and bound is not None else src
+
+
+# what each of the self-report's parts is, for the line that says why the budget was not held
+OVERHEAD_PARTS = {"probes": "probe traps", "scheduler": "scheduler tracepoints",
+                  "kernel_extra": "the target's extra kernel time",
+                  "contention": "the monitor's own CPU on cores the job keeps busy",
+                  "sampler": "the stack sampler", "gpu_agent": "the GPU agent", "cupti": "CUPTI"}
+UNLEVERED = ("contention", "kernel_extra")   # parts no budget step turns off
+
+
+def over_budget(summary: dict) -> str | None:
+    """Why the self-report is over ``--max-overhead``, in words, or None where it is not.
+    The budget turns probes off and spaces the windows, but the monitor's own CPU on a
+    machine with no idle core (rl-zoo3's OpenMP worker spins on the second core) and the
+    target's extra kernel time are no lever of it: on rl-zoo3 DQN with `--timeline --record`
+    the monitor's CPU was 1.03 s of a 1.30 s self-report under a 5% budget."""
+    oh, cap = summary["overhead"], (summary.get("budget") or {}).get("max_overhead_pct")
+    pct, parts = oh.get("estimated_pct"), oh.get("by_source_s") or {}
+    if pct is None or cap is None or pct <= cap or not parts:
+        return None
+    top = max(parts, key=lambda k: parts[k] or 0.0)
+    why = f"most of it ({parts[top]:.2f} s) {OVERHEAD_PARTS.get(top, top)}"
+    return f"over the {cap:g}% budget: {why}" + (", which no budget step turns off" if top in UNLEVERED else "")
+
+
+def _over_budget(summary: dict) -> str:
+    why = over_budget(summary)
+    return f" ({why})" if why else ""
 
 
 def _raised(oh: dict) -> str:
