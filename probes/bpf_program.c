@@ -491,7 +491,8 @@ static __always_inline void hand_over(struct pt_regs *ctx, struct tstate *s, u64
     u_body.call(ctx, body);      // no return from it
 }
 
-// The body's thread state and what its handler handed over (0: none).
+// A body's start: the thread's state and what its head handed over (0: none), with the
+// thread's queued operation changes applied and its time charged up to the head's instant.
 static __always_inline struct tstate *handed(u64 *now, int *id, int *cat) {
     u32 tid = (u32)bpf_get_current_pid_tgid();
     struct tstate *s = threads.lookup(&tid);
@@ -500,18 +501,33 @@ static __always_inline struct tstate *handed(u64 *now, int *id, int *cat) {
     *now = s->st_now;
     *id = s->st_id;
     *cat = s->st_cat & 3;
+    ann_sync(s, *now);
+    sop_sync(s, *now, RUN_ON);
+    advance(s, *now, RUN_ON);
+    s->run = RUN_ON;
     return s;
 }
 
-static __always_inline int on_enter(struct pt_regs *ctx, int id, int cat) {
+// A probe's head: what needs the handler's own context (the trap's note, the hit), then its body.
+static __always_inline int head(struct pt_regs *ctx, int id, int cat, int part, int count, int body) {
     u64 now = bpf_ktime_get_ns();
     struct tstate *s = self_state(now);
     if (!s)
         return 0;
-    trap_note(ctx, id, 0, 1);
-    hit(id);
-    hand_over(ctx, s, now, id, cat, U_ENTER_BODY);
+    trap_note(ctx, id, part, count);
+    if (count)
+        hit(id);
+    hand_over(ctx, s, now, id, cat, body);
     return 0;
+}
+
+static __always_inline int on_enter(struct pt_regs *ctx, int id, int cat) {
+    return head(ctx, id, cat, 0, 1, U_ENTER_BODY);
+}
+
+// Exits seen without an entry (attached mid-call) leave depth at zero.
+static __always_inline int on_exit(struct pt_regs *ctx, int id, int cat, int count) {
+    return head(ctx, id, cat, 1, count, U_EXIT_BODY);
 }
 
 int u_enter_body(struct pt_regs *ctx) {
@@ -520,10 +536,6 @@ int u_enter_body(struct pt_regs *ctx) {
     struct tstate *s = handed(&now, &id, &cat);
     if (!s)
         return 0;
-    ann_sync(s, now);
-    sop_sync(s, now, RUN_ON);
-    advance(s, now, RUN_ON);
-    s->run = RUN_ON;
     int key = cat;
     u32 *mode = modes.lookup(&key);
     u32 count_only = mode ? *mode : 0;
@@ -554,29 +566,12 @@ int u_enter_body(struct pt_regs *ctx) {
     return 0;
 }
 
-// Exits seen without an entry (attached mid-call) leave depth at zero.
-static __always_inline int on_exit(struct pt_regs *ctx, int id, int cat, int count) {
-    u64 now = bpf_ktime_get_ns();
-    struct tstate *s = self_state(now);
-    if (!s)
-        return 0;
-    trap_note(ctx, id, 1, count);
-    if (count)
-        hit(id);
-    hand_over(ctx, s, now, id, cat, U_EXIT_BODY);
-    return 0;
-}
-
 int u_exit_body(struct pt_regs *ctx) {
     u64 now;
     int id, cat;
     struct tstate *s = handed(&now, &id, &cat);
     if (!s)
         return 0;
-    ann_sync(s, now);
-    sop_sync(s, now, RUN_ON);
-    advance(s, now, RUN_ON);
-    s->run = RUN_ON;
     int from = cur_cat(s) & 3;
     if (s->depth[cat & 3] > 0)
         s->depth[cat & 3]--;
