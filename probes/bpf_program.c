@@ -63,11 +63,7 @@ struct tstate {
     u64 preempt_ns;           // off-CPU time while still runnable (waiting for a CPU, not blocked)
     u8 preempted;             // switched out runnable (preempted or yielded), not blocked
     u8 tick_pending;          // this tick's place + 1, until its operation is known (op_tick)
-    u8 st_cat;                // a probe handler's hand-over to its body (u_enter_body, u_exit_body):
-    u16 st_id;                // its category, probe id and timestamp, in the thread's own state, as a
-    u16 pad3;                 // uprobe_multi program runs preemptible (a per-CPU slot could be
-    u8 pad4[2];               // another thread's by the time the body reads it)
-    u64 st_now;
+    u8 pad3[6];
 };
 
 // A thread's latest sampled operation changes, written whole by the monitor: each
@@ -475,67 +471,17 @@ static __always_inline void charge(struct tstate *s, int before_cat, u32 before,
     }
 }
 
-// The two sync loops (ann_sync, sop_sync) are walked by the verifier inside every path that
-// reaches them: inlined into each handler they were ~75% of the instructions it processed at
-// each load (~0.2 s of an attach's CPU; docs/overhead.md). So a handler does what needs its
-// own context (the trap's note, the hit) and tail-calls a body of its kind, verified once,
-// that starts from a fresh state. The loader arms the bodies before any target is counted.
-BPF_PROG_ARRAY(u_body, 2);          // [0] u_enter_body, [1] u_exit_body
-#define U_ENTER_BODY 0
-#define U_EXIT_BODY 1
-
-static __always_inline void hand_over(struct pt_regs *ctx, struct tstate *s, u64 now, int id, int cat, int body) {
-    s->st_now = now;
-    s->st_id = id;
-    s->st_cat = cat;
-    u_body.call(ctx, body);      // no return from it
-}
-
-// A body's start: the thread's state and what its head handed over (0: none), with the
-// thread's queued operation changes applied and its time charged up to the head's instant.
-static __always_inline struct tstate *handed(u64 *now, int *id, int *cat) {
-    u32 tid = (u32)bpf_get_current_pid_tgid();
-    struct tstate *s = threads.lookup(&tid);
-    if (!s || s->exited)
-        return 0;
-    *now = s->st_now;
-    *id = s->st_id;
-    *cat = s->st_cat & 3;
-    ann_sync(s, *now);
-    sop_sync(s, *now, RUN_ON);
-    advance(s, *now, RUN_ON);
-    s->run = RUN_ON;
-    return s;
-}
-
-// A probe's head: what needs the handler's own context (the trap's note, the hit), then its body.
-static __always_inline int head(struct pt_regs *ctx, int id, int cat, int part, int count, int body) {
+static __always_inline int on_enter(struct pt_regs *ctx, int id, int cat) {
     u64 now = bpf_ktime_get_ns();
     struct tstate *s = self_state(now);
     if (!s)
         return 0;
-    trap_note(ctx, id, part, count);
-    if (count)
-        hit(id);
-    hand_over(ctx, s, now, id, cat, body);
-    return 0;
-}
-
-static __always_inline int on_enter(struct pt_regs *ctx, int id, int cat) {
-    return head(ctx, id, cat, 0, 1, U_ENTER_BODY);
-}
-
-// Exits seen without an entry (attached mid-call) leave depth at zero.
-static __always_inline int on_exit(struct pt_regs *ctx, int id, int cat, int count) {
-    return head(ctx, id, cat, 1, count, U_EXIT_BODY);
-}
-
-int u_enter_body(struct pt_regs *ctx) {
-    u64 now;
-    int id, cat;
-    struct tstate *s = handed(&now, &id, &cat);
-    if (!s)
-        return 0;
+    trap_note(ctx, id, 0, 1);
+    hit(id);
+    ann_sync(s, now);
+    sop_sync(s, now, RUN_ON);
+    advance(s, now, RUN_ON);
+    s->run = RUN_ON;
     int key = cat;
     u32 *mode = modes.lookup(&key);
     u32 count_only = mode ? *mode : 0;
@@ -566,12 +512,19 @@ int u_enter_body(struct pt_regs *ctx) {
     return 0;
 }
 
-int u_exit_body(struct pt_regs *ctx) {
-    u64 now;
-    int id, cat;
-    struct tstate *s = handed(&now, &id, &cat);
+// Exits seen without an entry (attached mid-call) leave depth at zero.
+static __always_inline int on_exit(struct pt_regs *ctx, int id, int cat, int count) {
+    u64 now = bpf_ktime_get_ns();
+    struct tstate *s = self_state(now);
     if (!s)
         return 0;
+    trap_note(ctx, id, 1, count);
+    if (count)
+        hit(id);
+    ann_sync(s, now);
+    sop_sync(s, now, RUN_ON);
+    advance(s, now, RUN_ON);
+    s->run = RUN_ON;
     int from = cur_cat(s) & 3;
     if (s->depth[cat & 3] > 0)
         s->depth[cat & 3]--;
@@ -723,42 +676,10 @@ struct pys_switch_arg {
 };
 BPF_PERCPU_ARRAY(pys_arg, struct pys_switch_arg, 1);
 
-// A context switch in three programs, each verified on its own (see u_body): the switch hands
-// its figures on, the thread switched out is charged up to now (sw_prev), then the thread
-// switched in (sw_next), which hands a blocked one's stack to pys_switch. The switch runs with
-// interrupts off, so a per-CPU slot holds the hand-over.
-struct sw_arg {
-    u64 now;
-    u32 prev;
-    u32 next;
-    u32 runnable;             // prev_state 0 (yielded) or TASK_REPORT_MAX (preempted): runnable
-    u32 pys_blocked;          // sw_prev: the thread switched out blocked (its stack is sampled)
-    u32 pys_tgid;
-    u32 pad;
-};
-BPF_PERCPU_ARRAY(sw_args, struct sw_arg, 1);
-BPF_PROG_ARRAY(sw_body, 2);         // [0] sw_prev, [1] sw_next
-#define SW_PREV 0
-#define SW_NEXT 1
-
 TRACEPOINT_PROBE(sched, sched_switch) {
+    u64 now = bpf_ktime_get_ns();
     u32 prev = args->prev_pid, next = args->next_pid;
-    if (!threads.lookup(&prev) && !threads.lookup(&next))
-        return 0;                   // most switches of a machine: neither thread is counted
-    int zero = 0;
-    struct sw_arg a = {bpf_ktime_get_ns(), prev, next, (args->prev_state & 0xff) == 0};
-    sw_args.update(&zero, &a);
-    sw_body.call(args, SW_PREV);    // no return from it
-    return 0;
-}
-
-int sw_prev(void *ctx) {
-    int zero = 0;
-    struct sw_arg *a = sw_args.lookup(&zero);
-    if (!a)
-        return 0;
-    u64 now = a->now;
-    u32 prev = a->prev;
+    u32 pys_blocked = 0, pys_tgid = 0;
     struct tstate *s = threads.lookup(&prev);
     if (s && !s->exited && targets.lookup(&s->tgid)) {
         u32 tgid = bpf_get_current_pid_tgid() >> 32;
@@ -770,24 +691,14 @@ int sw_prev(void *ctx) {
             advance(s, now, RUN_ON);
             s->run = RUN_OFF;
             s->switches++;
-            s->preempted = a->runnable != 0;
-            a->pys_blocked = !s->preempted;
-            a->pys_tgid = tgid;
+            // prev_state 0 (yielded) or TASK_REPORT_MAX (preempted): runnable, not blocked
+            s->preempted = (args->prev_state & 0xff) == 0;
+            pys_blocked = !s->preempted;
+            pys_tgid = tgid;
             tl_emit(prev, tgid, now, EV_OFF, 0);
         }
     }
-    sw_body.call(ctx, SW_NEXT);
-    return 0;
-}
-
-int sw_next(void *ctx) {
-    int zero = 0;
-    struct sw_arg *a = sw_args.lookup(&zero);
-    if (!a)
-        return 0;
-    u64 now = a->now;
-    u32 next = a->next;
-    struct tstate *s = threads.lookup(&next);
+    s = threads.lookup(&next);
     if (s && !s->exited && targets.lookup(&s->tgid)) {
         if (s->preempted && now > s->last_ts)
             s->preempt_ns += now - s->last_ts;
@@ -798,10 +709,11 @@ int sw_next(void *ctx) {
         s->sop_off = 0;
         tl_emit(next, s->tgid, now, EV_ON, 0);
     }
-    if (a->pys_blocked) {              // pys_switch below, handed what it needs; no return from it
-        struct pys_switch_arg p = {a->prev, a->pys_tgid, now};
-        pys_arg.update(&zero, &p);
-        pys_switch_prog.call(ctx, 0);
+    if (pys_blocked) {                 // pys_switch below, handed what it needs; no return from it
+        int zero = 0;
+        struct pys_switch_arg a = {prev, pys_tgid, now};
+        pys_arg.update(&zero, &a);
+        pys_switch_prog.call(args, 0);
     }
     return 0;
 }
@@ -991,12 +903,6 @@ static __always_inline void op_tick(struct tstate *s) {
     }
 }
 
-// A tick where operations are on hands its instant to tick_body (verified apart, as u_body),
-// which applies the thread's queued operation changes; both end in pys_tick. A tick runs in
-// interrupt context and does not nest, so a per-CPU slot holds the hand-over.
-BPF_PERCPU_ARRAY(tick_now, u64, 1);
-BPF_PROG_ARRAY(tick_body_prog, 1);  // [0] tick_body
-
 int on_tick(struct bpf_perf_event_data *ctx) {
     u64 now = bpf_ktime_get_ns();
     u32 tid = (u32)bpf_get_current_pid_tgid();
@@ -1006,30 +912,14 @@ int on_tick(struct bpf_perf_event_data *ctx) {
     u32 where = site_where(s, tid, tick_where(ctx, tid, s->tgid));
     s->ticks[where]++;
     if (op_cfg() & 3) {
+        ann_sync(s, now);
+        sop_sync(s, now, RUN_ON);
+        advance(s, now, RUN_ON);
         if (where < NTICK)
             s->tick_pending = where + 1;
-        int zero = 0;
-        tick_now.update(&zero, &now);
-        tick_body_prog.call(ctx, 0);   // tick_body below; no return from it
     }
     pys_tick_prog.call(ctx, 0);        // pys_tick below; no return from it
     op_tick(s);                        // no stack sampler here: the operation standing
-    return 0;
-}
-
-int tick_body(struct bpf_perf_event_data *ctx) {
-    int zero = 0;
-    u64 *t = tick_now.lookup(&zero);
-    u32 tid = (u32)bpf_get_current_pid_tgid();
-    struct tstate *s = threads.lookup(&tid);
-    if (!t || !s)
-        return 0;
-    u64 now = *t;
-    ann_sync(s, now);
-    sop_sync(s, now, RUN_ON);
-    advance(s, now, RUN_ON);
-    pys_tick_prog.call(ctx, 0);        // pys_tick below; no return from it
-    op_tick(s);
     return 0;
 }
 

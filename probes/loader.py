@@ -56,12 +56,6 @@ class Attached:
     scale: float = 1.0  # its calibrated cost times this: what its traps measured on the target say (>= 1)
 
 
-# (prog array, slot, program, bcc program type, is a uprobe handler's): the hot handlers' bodies
-BODIES = (("u_body", 0, "u_enter_body", "KPROBE", True), ("u_body", 1, "u_exit_body", "KPROBE", True),
-          ("sw_body", 0, "sw_prev", "TRACEPOINT", False), ("sw_body", 1, "sw_next", "TRACEPOINT", False),
-          ("tick_body_prog", 0, "tick_body", "PERF_EVENT", False))
-
-
 class ProbeSet(MapAccess):
     """The BPF program and the probes attached to one target process."""
 
@@ -130,28 +124,11 @@ class ProbeSet(MapAccess):
             why = bpf_cache.save(self.bpf, text)
             if why and bpf_cache.enabled():
                 self.notify("info", f"compiled probes not kept for the next attach: {why}")
-        self._arm_bodies()
         try:
             self.bpf["events"].open_ring_buffer(self._on_event)
         except Exception as e:          # bcc raises plain Exception: a kernel without BPF ring buffers
             raise RuntimeError(f"the kernel refused a BPF ring buffer (needs Linux 5.8+): {e}") from None
         self._arm_stack_sampler()
-
-    def _arm_bodies(self) -> None:
-        """Put the hot handlers' bodies behind their tail calls (bpf_program.c ``u_body``): the
-        verifier walks the sync loops once, in them, not in every handler (~0.2 s of CPU an
-        attach). Before any target is counted, so no event goes past an empty slot.
-
-        Raises:
-            RuntimeError: the kernel refused one (the verifier's words).
-        """
-        for table, slot, fn, kind, uprobe in BODIES:
-            extra = {"attach_type": uprobe_multi.BPF_TRACE_UPROBE_MULTI} if uprobe and self.multi else {}
-            try:
-                fd = self.bpf.load_func(fn, getattr(self._bcc.BPF, kind), **extra).fd
-                self.bpf[table][ct.c_int(slot)] = ct.c_int(fd)
-            except Exception as e:      # bcc raises plain Exception (the verifier's refusal)
-                raise RuntimeError(f"the kernel refused the probes' program {fn}: {first_line(e)}") from None
 
     def _arm_stack_sampler(self) -> None:
         """Put the in-kernel stack sampler's programs behind on_tick's and sched_switch's tail
