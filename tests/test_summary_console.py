@@ -60,3 +60,9 @@ def test_a_self_report_over_the_budget_says_which_part_the_budget_could_not_turn
     assert S.over_budget(traps) == "over the 5% budget: most of it (0.90 s) probe traps"
     assert S.over_budget(_doc(4.9, {"contention": 1.0})) is None
     assert S.over_budget(_doc(None, {"contention": 1.0})) is None
+
+
+def test_a_columns_value_that_is_no_width_does_not_swallow_the_summary():
+    for bad in ("0", "abc", "-5"):
+        out = _printed({"COLUMNS": bad})
+        assert "rlscope-top summary" in out and "…" not in out, (bad, out[:200])

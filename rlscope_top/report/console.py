@@ -5,15 +5,25 @@ from __future__ import annotations
 import os
 import sys
 
-PIPE_WIDTH = 200   # columns when stdout is a pipe or a file and $COLUMNS is unset
+PIPE_WIDTH = 200   # columns when stdout is a pipe or a file and $COLUMNS says none
+
+
+def _width() -> int:
+    """$COLUMNS where it is a positive number; else the terminal's width; else, into a pipe or
+    a file, PIPE_WIDTH. rich alone assumes 80 columns there (the operations table's cells came
+    out as `7…`), and takes COLUMNS=0 as a width of 0, printing nothing."""
+    v = os.environ.get("COLUMNS", "")
+    if v.isdigit() and int(v) > 0:
+        return int(v)
+    try:
+        return os.get_terminal_size(sys.stdout.fileno()).columns if sys.stdout.isatty() else PIPE_WIDTH
+    except (OSError, ValueError):
+        return PIPE_WIDTH
 
 
 def text_console():
-    """A rich Console on stdout. On a terminal it takes the terminal's width. Into a pipe or
-    a file rich would assume 80 columns and cut the operations table's cells to `7…`. So
-    there it takes $COLUMNS when set, else PIPE_WIDTH: the tables are as wide as their
+    """A rich Console on stdout, as wide as _width() says: the tables are as wide as their
     content, up to that."""
     from rich.console import Console  # noqa: PLC0415 - rich only when printing: off the attach's path
 
-    piped = not sys.stdout.isatty() and not os.environ.get("COLUMNS")
-    return Console(width=PIPE_WIDTH) if piped else Console()
+    return Console(width=_width())
