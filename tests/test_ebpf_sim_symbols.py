@@ -66,8 +66,24 @@ def test_misspelled_symbol_in_a_library_loaded_later_is_one_warning(ebpf, target
     time.sleep(0.5)
     assert stop(m) == 0, m.stderr_text
     assert "defines no function sim_stpe" in warn and f"`rlscope-top symbols {simlib}`" in warn
+    waiting = [ln for ln in m.stderr_text.splitlines() if "--sim-lib libtoysim.so: not loaded (yet)" in ln]
+    assert len(waiting) == 1 and "attach when the target loads it" in waiting[0], m.stderr_text
     assert sum("sim_stpe" in ln for ln in m.stderr_text.splitlines()) == 1, m.stderr_text
     s = load_summary(summary)
     assert s["calls"]["simulator"] == 11
     assert s["probes"]["missing"]["sim:libtoysim.so"] == ["sim_stpe"]
     assert s["probes"]["attached"]["sim:libtoysim.so"]["libs"] == [simlib]
+
+
+def test_a_sim_lib_path_that_does_not_exist_exits_2_before_compiling(ebpf, target, simlib, tmp_path):
+    f = _files(tmp_path)
+    t = target("simlib_late.py", simlib, 1, *f.values())
+    gone = tmp_path / "nowhere" / "libtoysim.so"
+    p = subprocess.run([*CLI, "attach", str(t.pid), "--duration", "2", "--sim-lib", f"{gone}:sim_step"],
+                       capture_output=True, text=True, timeout=120, cwd=str(REPO),
+                       env={**os.environ, "BCC_KERNEL_SOURCE": "/nonexistent"})
+    assert p.returncode == E.EXIT_USAGE, p.stderr
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert lines == [f"rlscope-top: error: --sim-lib {gone}: no such file", lines[1]], p.stderr
+    assert lines[1].startswith("  hint: ") and f"rlscope-top doctor {t.pid}" in lines[1]
+    assert t.p.poll() is None

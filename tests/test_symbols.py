@@ -243,3 +243,13 @@ def test_mujoco_in_envpool_module(envpool_target):
                              "mujoco::user::VFS::*").stdout)["functions"]
     assert cpp and all(f["symbol"].startswith("_ZN6mujoco4user3VFS") for f in cpp)
     assert all(f["demangled"].startswith("mujoco::user::VFS::") for f in cpp)
+
+
+def test_a_sim_lib_not_mapped_yet_names_the_mapped_libraries_close_to_it():
+    from rlscope_top.commands.symbols_cmd import not_mapped_note
+
+    mapped = ["/x/site-packages/mujoco/libmujoco.so.4.0.0", "/usr/lib/libm.so.6", "/x/torch/lib/libshm.so"]
+    assert not_mapped_note("libmujco.so", mapped) == (
+        "--sim-lib libmujco.so: not loaded (yet) (it maps libmujoco.so.4.0.0); its probes attach when the target loads it")
+    assert not_mapped_note("libfoo.so", mapped) == (
+        "--sim-lib libfoo.so: not loaded (yet); its probes attach when the target loads it")

@@ -13,6 +13,7 @@ from typing import Callable
 from ..errors import AttachError, BccMissing, BpfCompileError
 from ..probes import ann_region, catalog, proc_maps
 from ..probes.loader import BccUnavailable, ProbeSet
+from ..probes.maps import mapped_files
 from ..ring import records as R
 from ..ring.ring import RecordTooLarge, RingWriter
 from . import op_rules as rules
@@ -155,6 +156,19 @@ class Collector(OperationSources, BudgetLoop, RecordBuilder):
                               "defaults until `rlscope-top calibrate` runs again")
         for group, syms in self.probes.missing.items():
             self.note("warn", f"{group}: {len(syms)} probe(s) not attached: {', '.join(syms)[:300]}")
+        self._sim_lib_notes()
+
+    def _sim_lib_notes(self) -> None:
+        """A --sim-lib library the target does not map yet: one warning, since a misspelt name
+        would otherwise never attach and never say so."""
+        waiting = dict.fromkeys(s.group for s in self.probes.specs
+                                if catalog.is_user_spec(s) and s.group not in self.probes.groups)
+        if not waiting:
+            return
+        from ..commands.symbols_cmd import not_mapped_note  # noqa: PLC0415 - only with --sim-lib
+        mapped = sorted(mapped_files(self.pid))
+        for group in waiting:
+            self.note("warn", not_mapped_note(group.removeprefix("sim:"), mapped))
 
     def mark_attach_step(self, step: str) -> None:
         """Where attach time goes: seconds from the load's start to the end of ``step``, in the

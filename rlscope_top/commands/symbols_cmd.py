@@ -195,6 +195,7 @@ def check_sim_libs(pid: int, sim_libs: list[tuple[str, list[str]]]) -> None:
         specs = catalog.sim_lib_specs(lib, syms)
         paths = [p for p in mapped if specs[0].matches(p)]
         if not paths:
+            _check_loadable(lib, pid)
             continue
         missing = [s.symbol for s in specs if not any(_resolves(bcc, pid, p, s.symbol) for p in paths)]
         if missing:
@@ -202,6 +203,32 @@ def check_sim_libs(pid: int, sim_libs: list[tuple[str, list[str]]]) -> None:
                               hint=f"list its functions with `rlscope-top symbols {paths[0]}` "
                                    f"(or `rlscope-top symbols {os.path.basename(paths[0])} --pid {pid}`) "
                                    "and give --sim-lib a name from the SYMBOL column")
+
+
+def _check_loadable(lib: str, pid: int) -> None:
+    """A LIB named by its path must exist, or it can never be loaded (the session would wait
+    for it in silence)."""
+    if "/" in lib and not os.path.isfile(lib):
+        raise SymbolError(f"--sim-lib {lib}: no such file", pid=pid,
+                          hint="give the library's path as PID maps it, or just its name "
+                               f"(e.g. {os.path.basename(lib)}:SYM); `rlscope-top doctor {pid}` lists what it maps")
+
+
+def not_mapped_note(lib: str, mapped: list[str]) -> str:
+    """The warning for a --sim-lib LIB the target does not map (yet), with the mapped
+    libraries whose names are close to it (a misspelling shows at once)."""
+    by_stem: dict[str, list[str]] = {}
+    for name in sorted({os.path.basename(p) for p in mapped}):
+        by_stem.setdefault(_stem(name), []).append(name)
+    close = [n for st in difflib.get_close_matches(_stem(os.path.basename(lib)), by_stem, n=2, cutoff=0.75)
+             for n in by_stem[st]]
+    like = f" (it maps {', '.join(close)})" if close else ""
+    return (f"--sim-lib {lib}: not loaded (yet){like}; its probes attach when the target loads it")
+
+
+def _stem(name: str) -> str:
+    """A library's name without ``.so`` and its version (libmujoco.so.4.0.0: libmujoco)."""
+    return name.split(".so")[0]
 
 
 def _resolves(bcc, pid: int, path: str, symbol: str) -> bool:
