@@ -138,3 +138,24 @@ def test_a_reader_that_stops_early_ends_us_quietly(tmp_path, what):
         err = p.stderr.read()
         assert p.wait(timeout=60) == 141, err
         assert err == "", err
+
+
+def test_estimated_calls_and_shares_carry_their_bound(tmp_path):
+    est = {"backend": {"mode": "off", "calls_estimated": 500_000, "calls_bound": 140_000, "bound_pp": 1.3}}
+    src = {"python_s": "estimated", "backend_s": "estimated", "simulator_s": "exact"}
+    fw = {"torch": {"backend_s": 3.0, "calls": 700_001, "python->backend": 700_001}}
+    a = _write(tmp_path, "a.json", _summary(10.0, 1.0, 3.0, 700_001, estimates=est, sources=src, frameworks=fw))
+    b = _write(tmp_path, "b.json", _summary(10.0, 1.0, 3.0, 400_009))      # counted: no bound
+    fw2 = {**fw, "jax": {"backend_s": 1.0, "calls": 1009, "python->backend": 1009}}
+    c = _write(tmp_path, "c.json", _summary(10.0, 1.0, 3.0, 700_001, estimates=est, sources=src, frameworks=fw2))
+    con = Console(record=True, width=200)
+    compare.run(a, b, console=con)
+    compare.run(c, b, console=con)
+    rows = [[x.strip() for x in ln.split("│")] for ln in con.export_text().splitlines() if "│" in ln]
+    first, second = rows[:len(rows) // 2], rows[len(rows) // 2:]
+    by = {r[0]: r[1:] for r in first}
+    assert by["backend calls"][0] == "70,000.1 ±20%" and by["backend calls"][2] == "40,000.9"
+    assert by["python->backend: torch"][0] == "70,000.1 ±20%"
+    assert by["backend"][1] == "75.0% ±1.3pp" and by["backend"][3] == "75.0%"
+    by2 = {r[0]: r[1:] for r in second}
+    assert by2["python->backend: torch"][0].endswith("±?") and by2["backend calls"][0].endswith("±20%")

@@ -116,8 +116,35 @@ def figures(doc: dict, steps: int | None) -> dict:
 
 
 def _share(doc: dict, c: str) -> str:
+    """A category's share, with its bound where the budget estimated its time."""
     v = (doc.get("shares") or {}).get(c)
-    return "" if v is None else f"{100 * v:.1f}%"
+    if v is None:
+        return ""
+    bound = _estimate(doc, c).get("bound_pp")
+    est = (doc.get("sources") or {}).get(f"{c}_s") == "estimated" and isinstance(bound, (int, float))
+    return f"{100 * v:.1f}% ±{bound:.1f}pp" if est else f"{100 * v:.1f}%"
+
+
+def _estimate(doc: dict, c: str) -> dict:
+    e = (doc.get("estimates") or {}).get(c)
+    return e if isinstance(e, dict) else {}
+
+
+def _calls_bound(doc: dict, row: str) -> str:
+    """`` ±x%`` on a row of Backend calls or transitions the budget partly estimated (as the
+    printed summary marks them), ``±?`` before two windows gave a bound; else nothing. Two
+    sessions of one rl-zoo3 SAC read 46k and 27k calls a second, each ±20%: without the
+    bound the 0.57x read as a measured change."""
+    if not row.startswith(("python->backend", "backend calls")):
+        return ""
+    e, calls = _estimate(doc, "backend"), (doc.get("calls") or {}).get("backend")
+    if not e.get("calls_estimated") or not calls:
+        return ""
+    bound = e.get("calls_bound")
+    fws = [n for n, fw in (doc.get("frameworks") or {}).items() if fw.get("calls")]
+    if ":" in row and len(fws) > 1:      # the bound is the category's; a framework's share of it is not known
+        return " ±?"
+    return " ±?" if not isinstance(bound, (int, float)) else f" ±{100 * bound / calls:.0f}%"
 
 
 def _fmt(v: float | None, row: str, per_step: bool) -> str:
@@ -153,7 +180,9 @@ def table(a: dict, b: dict, steps_a: int | None, steps_b: int | None, names: tup
         label = "wall (with probes)" if row == "wall" else row.replace("_", " ")
         sa = _share(a, row) if row in CATS and va is not None else ""
         sb = _share(b, row) if row in CATS and vb is not None else ""
-        t.add_row(label, _fmt(va, row, per_step), sa, _fmt(vb, row, per_step), sb, _ratio(va, vb))
+        ca = _calls_bound(a, row) if va is not None else ""
+        cb = _calls_bound(b, row) if vb is not None else ""
+        t.add_row(label, _fmt(va, row, per_step) + ca, sa, _fmt(vb, row, per_step) + cb, sb, _ratio(va, vb))
     return t
 
 
