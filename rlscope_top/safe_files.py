@@ -16,6 +16,7 @@ import tempfile
 from .errors import UnsafePath
 
 FILE_MODE = 0o600
+MAX_LINKS = 8          # root-made links followed in a row (the kernel's own limit is 40)
 DIR_MODE = 0o700
 
 
@@ -111,13 +112,116 @@ def create_exclusive(path: str, mode: int = FILE_MODE) -> int:
     return os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
 
 
+def write_output(path: str, data: bytes | str, mode: int = FILE_MODE) -> None:
+    """Write a file the user named (``--summary``, ``export -o``).
+
+    A device, a FIFO or a socket (``/dev/null``, a named pipe) is written to as it is: renamed
+    over, /dev/null became a root-owned 0600 file and broke every other program on the machine.
+    A symlink in a directory only root can write (``/dev/stdout``) is followed, since only root
+    could have made it; anywhere else a symlink is replaced, never followed. A new or regular
+    file is written atomically (``write_atomic``).
+
+    Raises:
+        UnsafePath: a block device, or a FIFO no one reads.
+        OSError: as ``write_atomic``.
+    """
+    raw = data.encode() if isinstance(data, str) else data
+    fd = _open_stream(path)
+    if fd is None:
+        write_atomic(_through_root_link(path), raw, mode)
+        return
+    with os.fdopen(fd, "wb") as f:
+        os.set_blocking(fd, True)
+        f.write(raw)
+
+
+def _open_stream(path: str) -> int | None:
+    """``path`` opened for writing when it is (or a root-made link leads to) a stream: a
+    character device, FIFO or socket, or the shell's redirect behind ``/dev/stdout``. None for
+    a name ``write_atomic`` should replace."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    link = stat.S_ISLNK(st.st_mode)
+    if stat.S_ISREG(st.st_mode) or (link and not root_only_dir(os.path.dirname(os.path.abspath(path)))):
+        return None
+    if stat.S_ISBLK(st.st_mode):
+        raise UnsafePath(f"{path} is a block device; refusing to write a file onto it", hint="give a file path")
+    flags = os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC | (0 if link else os.O_NOFOLLOW)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:         # a dangling link: replaced
+        return None
+    except OSError as e:
+        if e.errno == errno.ENXIO:
+            raise UnsafePath(f"{path} is a FIFO that no one reads", hint="start its reader first") from None
+        raise
+    m = os.fstat(fd).st_mode
+    if stat.S_ISREG(m) and link and os.readlink(path).startswith("/proc/"):
+        os.close(fd)                  # /dev/stdout into a shell's `> file`: add to it, as the stream would
+        return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+    if stat.S_ISREG(m) or stat.S_ISBLK(m):
+        os.close(fd)
+        if stat.S_ISBLK(m):
+            raise UnsafePath(f"{path} leads to a block device; refusing to write a file onto it", hint="give a file path")
+        return None
+    return fd
+
+
+def is_stream(path: str) -> bool:
+    """Whether ``write_output`` writes ``path`` as a stream (it can be written once: a second
+    summary would follow the first one, and a FIFO's reader is gone after the first)."""
+    try:
+        st = os.lstat(path)
+        link = stat.S_ISLNK(st.st_mode)
+        if link:
+            if not root_only_dir(os.path.dirname(os.path.abspath(path))):
+                return False
+            st = os.stat(path)
+    except OSError:
+        return False
+    if stat.S_ISREG(st.st_mode):
+        return link and os.readlink(path).startswith("/proc/")
+    return stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode) or stat.S_ISSOCK(st.st_mode)
+
+
+def _through_root_link(path: str) -> str:
+    """Where a file goes: past root-made symlinks, one link at a time (the links stay); the
+    first link in a directory others can write is where it stops, to be replaced."""
+    for _ in range(MAX_LINKS):
+        d = os.path.dirname(os.path.abspath(path))
+        if not (os.path.islink(path) and root_only_dir(d)):
+            break
+        path = os.path.join(d, os.readlink(path))
+    return path
+
+
+def root_only_dir(d: str) -> bool:
+    """Whether only root can change directory ``d`` (so a symlink in it is root's own)."""
+    try:
+        st = os.stat(d)
+    except OSError:
+        return False
+    return st.st_uid == 0 and not st.st_mode & 0o022
+
+
 def write_atomic(path: str, data: bytes | str, mode: int = FILE_MODE) -> None:
     """Write ``data`` to ``path`` through a random temp name in the same directory.
 
     A crash leaves the old file or the new one, never half of one; a symlink at ``path`` is
-    replaced, never followed.
+    replaced, never followed. Nothing but a file or a symlink is ever replaced.
+
+    Raises:
+        UnsafePath: ``path`` is a device, a FIFO or a socket.
     """
     raw = data.encode() if isinstance(data, str) else data
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        st = None
+    if st is not None and not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+        raise UnsafePath(f"{path} is not a regular file; refusing to replace it", hint="give a file path")
     d = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=d, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
     try:

@@ -186,3 +186,28 @@ def test_a_session_on_a_process_this_one_follows_is_named(ebpf, spawn, monitor, 
     assert any(said in n for n in load_summary(first_summary)["notes"])
     assert f"another rlscope-top (PID {first.pid}) is attached to PID {launcher.pid}, a parent of PID {child}" \
         in second.stderr_text
+
+
+def test_summary_to_stdout_a_device_and_a_fifo(ebpf, target, tmp_path):
+    """`--summary /dev/stdout | jq`: one JSON document on stdout, the table on stderr. A
+    character device (a /dev/null of our own) stays a device: renamed over, /dev/null became a
+    root-owned file and tmux, sshd and the rest could not open it."""
+    import json
+    import os
+    import stat
+    import subprocess
+    import sys
+
+    t = target("idle.py")
+    null = tmp_path / "null"
+    os.mknod(null, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    base = [sys.executable, "-m", "rlscope_top.cli", "attach", str(t.pid), "--duration", "1", "--summary"]
+    p = subprocess.run([*base, "/dev/stdout"], capture_output=True, text=True, timeout=180, cwd=str(tmp_path))
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)                    # one document, nothing else on stdout
+    assert doc["pid"] == t.pid and doc["overhead"]["detach_s"] is not None
+    assert "rlscope-top summary" in p.stderr and "summary written to /dev/stdout" in p.stderr
+    p = subprocess.run([*base, str(null)], capture_output=True, text=True, timeout=180, cwd=str(tmp_path))
+    assert p.returncode == 0, p.stderr
+    assert stat.S_ISCHR(os.lstat(null).st_mode) and "rlscope-top summary" in p.stdout
+    assert t.p.poll() is None

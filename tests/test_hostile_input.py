@@ -11,6 +11,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import pytest
@@ -26,7 +27,7 @@ from rlscope_top.ring import records as R
 from rlscope_top.report import summary as S
 from rlscope_top.collect.gpu_join import JOINED
 from rlscope_top.ring.ring import RingError, RingReader, RingWriter, sweep_stale
-from rlscope_top.safe_files import private_dir, write_atomic
+from rlscope_top.safe_files import is_stream, private_dir, write_atomic, write_output
 from rlscope_top.collect.thread_fold import FOLD_TID, ExitedThreads, add_counts, fold_all
 from test_cli_errors import assert_clean_error, run_cli
 
@@ -34,6 +35,10 @@ from test_cli_errors import assert_clean_error, run_cli
 def test_summary_replaces_a_planted_symlink_and_never_writes_through_it(tmp_path):
     victim = tmp_path / "victim"
     victim.write_text("precious\n")
+    shared = tmp_path / "shared"            # as /tmp: anyone may plant a link there
+    shared.mkdir()
+    shared.chmod(0o1777)
+    tmp_path = shared
     path = tmp_path / "s.json"
     path.symlink_to(victim)
     for pid in range(os.getpid() - 2, os.getpid() + 3):         # the old fixed temp names, too
@@ -43,6 +48,66 @@ def test_summary_replaces_a_planted_symlink_and_never_writes_through_it(tmp_path
     st = os.lstat(path)
     assert stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o600
     assert json.loads(path.read_text()) == {"schema": "x"}
+
+
+def test_a_device_is_written_to_never_replaced(tmp_path):
+    null = tmp_path / "null"
+    os.mknod(null, 0o666 | stat.S_IFCHR, os.makedev(1, 3))      # a /dev/null of our own
+    S.write({"schema": "x"}, str(null))
+    assert stat.S_ISCHR(os.lstat(null).st_mode)                # renamed over, /dev/null broke tmux
+    with pytest.raises(E.UnsafePath, match="not a regular file"):
+        write_atomic(str(null), "x")
+    blk = tmp_path / "blk"
+    os.mknod(blk, 0o600 | stat.S_IFBLK, os.makedev(7, 250))   # a loop device no one set up
+    with pytest.raises(E.UnsafePath, match="block device"):
+        write_output(str(blk), "x")
+    assert stat.S_ISBLK(os.lstat(blk).st_mode)
+    assert "block device" in S.path_problem(str(blk))
+
+
+def test_a_fifo_gets_one_summary_and_one_with_no_reader_falls_back(tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    assert is_stream(str(fifo)) and not is_stream(str(tmp_path / "new.json"))
+    got = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_text()))
+    reader.start()
+    deadline = time.monotonic() + 10
+    while True:              # its reader must have it open before a non-blocking writer may
+        try:
+            S.write({"schema": "x"}, str(fifo))
+            break
+        except E.UnsafePath:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+    reader.join(10)
+    assert json.loads(got[0]) == {"schema": "x"}
+    path, failed = S.write_safely({"schema": "y"}, str(fifo), 4243)   # no reader now
+    assert failed and "no one reads" in failed and path != str(fifo)
+    assert json.loads(open(path).read()) == {"schema": "y"}
+    os.unlink(path)
+
+
+def test_a_link_root_made_in_a_root_only_directory_is_followed_one_hop_at_a_time(tmp_path):
+    own = tmp_path / "own"                  # root's, 0700: only root can have made a link here
+    own.mkdir(mode=0o700)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    (own / "latest.json").symlink_to(own / "run7.json")
+    S.write({"schema": "x"}, str(own / "latest.json"))
+    assert os.path.islink(own / "latest.json") and json.loads((own / "run7.json").read_text()) == {"schema": "x"}
+    (own / "out.json").symlink_to(shared / "planted.json")    # root's link into a shared place ...
+    (shared / "planted.json").symlink_to(victim)              # ... where another user's link waits
+    S.write({"schema": "x"}, str(own / "out.json"))
+    assert victim.read_text() == "precious\n"
+    assert not os.path.islink(shared / "planted.json")        # that one was replaced, not followed
+    assert S.path_problem(str(own / "latest.json")) is None
+    assert S.path_problem(str(shared / "planted.json")) is None      # a file now
+    (shared / "link.json").symlink_to(victim)
+    assert S.path_problem(str(shared / "link.json")) == "it is a symlink"
 
 
 def test_write_atomic_leaves_no_temp_file_when_it_fails(tmp_path):

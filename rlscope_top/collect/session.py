@@ -23,6 +23,7 @@ from .gpu_source import GpuSource
 from . import hangup, start_priority
 from ..probes import catalog
 from ..ring.ring import RingReader, RingWriter, default_path
+from ..safe_files import is_stream
 from .target import AliveCheck, check_target, require_root
 
 TICK_S = 0.25  # how often the collector reads the kernel maps
@@ -346,16 +347,21 @@ def _finish(opts: Options, summary: dict, collector: Collector, ring, dropped: i
     Raises:
         IncompleteSummary: the ring lost the session's start (the summary is written all the same).
     """
-    path, failed = S.write_safely(summary, opts.summary_path or S.default_path(opts.pid), opts.pid)
-    if failed:
-        notify("warn", f"could not write the summary to {failed}; written to {path} instead")
+    path = opts.summary_path or S.default_path(opts.pid)
+    stream = is_stream(path)         # /dev/null, /dev/stdout, a FIFO: one write, after the detach
+    if not stream:
+        path, failed = S.write_safely(summary, path, opts.pid)
+        if failed:
+            notify("warn", f"could not write the summary to {failed}; written to {path} instead")
     detach_s = collector.detach()
     summary["overhead"]["detach_s"] = round(detach_s, 3)
-    path, _ = S.write_safely(summary, path, opts.pid)
+    path, failed = S.write_safely(summary, path, opts.pid)
+    if failed and stream:
+        notify("warn", f"could not write the summary to {failed}; written to {path} instead")
     if opts.record_path:
         ring.finish(dropped=dropped, detach_s=summary["overhead"]["detach_s"], ring_path=summary["ring"]["path"])
     if render:
-        S.render(summary)
+        S.render(summary, S.table_console(path))
         notify("status", f"detached in {detach_s:.2f}s; summary written to {path}")
     if lacks := S.incomplete(summary):
         raise IncompleteSummary(f"the summary lacks {lacks} (written to {path} all the same)",

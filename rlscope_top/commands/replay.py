@@ -43,9 +43,10 @@ def run(path: str, *, headless: bool, window: Window, summary_path: str | None,
     """The ``replay`` command. Returns the exit code."""
     if headless or not (sys.stdout.isatty() and sys.stdin.isatty()):
         summary = summary_of(path, window)
-        S.render(summary)
         if summary_path:
             written, _ = S.write_safely(summary, summary_path, summary.get("pid") or 0)
+        S.render(summary, S.table_console(summary_path))
+        if summary_path:
             print(f"rlscope-top: summary written to {written}", file=sys.stderr)
         return 0
     return _screen(path, window, summary_path, speed, interval_s)

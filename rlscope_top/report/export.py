@@ -18,6 +18,7 @@ import csv
 import dataclasses
 import io
 import json
+import sys
 
 from ..account.engine import Engine
 from ..errors import RecordingError
@@ -25,7 +26,7 @@ from ..ring import gpu_records as G
 from ..ring import recording
 from ..ring import records as R
 from ..vocab import CATEGORIES, LABELS
-from ..safe_files import write_atomic
+from ..safe_files import write_output
 
 FORMATS = ("perfetto", "chrome", "speedscope", "csv")
 RANGE_TRACK = 1 << 40           # perfetto: a thread's ranges track is this | tid (threads: tid << 1)
@@ -358,10 +359,10 @@ def run(path: str, fmt: str, out: str) -> int:
     if fmt == "perfetto":
         buf = io.BytesIO()
         perfetto(records, buf)
-        write_atomic(out, buf.getvalue())
+        write_output(out, buf.getvalue())
     else:
         render = {"chrome": lambda: json.dumps(chrome(records)), "speedscope": lambda: json.dumps(speedscope(records)),
                   "csv": lambda: csv_text(records)}[fmt]
-        write_atomic(out, render())
-    print(f"rlscope-top: {fmt} export written to {out}")
+        write_output(out, render())
+    print(f"rlscope-top: {fmt} export written to {out}", file=sys.stderr)   # stdout may be the export
     return 0

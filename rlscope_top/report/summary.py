@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import stat
 import tempfile
 
 from ..account import frameworks as FW
@@ -15,7 +16,8 @@ from ..account.accounting import Accounting
 from ..account.gpu_figures import GpuView, ranges_stopped
 from ..account.session_figures import figures
 from ..ring.records import pid_label
-from ..safe_files import write_atomic
+from ..errors import UnsafePath
+from ..safe_files import root_only_dir, write_output
 from ..vocab import ALL_OP, CATEGORIES, NA, NA_TEXT, fmt
 
 SCHEMA = "rlscope-top.summary/1"
@@ -60,9 +62,21 @@ def path_problem(path: str) -> str | None:
         return f"{d} is not writable ({e.strerror or e})"
     os.close(fd)
     os.unlink(probe)
-    if os.path.islink(path):
+    if os.path.islink(path) and not root_only_dir(d):
         return "it is a symlink"
+    if os.path.exists(path) and stat.S_ISBLK(os.stat(path).st_mode):
+        return "it is a block device"
     return None
+
+
+def table_console(path: str | None):
+    """Where the printed summary goes: stderr when the JSON itself goes to our stdout
+    (`--summary /dev/stdout | jq` reads one document), else stdout."""
+    try:
+        to_stdout = path is not None and os.path.samestat(os.stat(path), os.fstat(1))
+    except OSError:
+        to_stdout = False
+    return text_console(stderr=to_stdout)
 
 
 def incomplete(summary: dict) -> str | None:
@@ -86,17 +100,17 @@ def write_safely(summary: dict, path: str, pid: int) -> tuple[str, str | None]:
     try:
         write(summary, path)
         return path, None
-    except OSError as e:         # a fresh, unguessable name (mkstemp), never a fixed one in /tmp
+    except (OSError, UnsafePath) as e:    # a fresh, unguessable name (mkstemp), never a fixed one in /tmp
         fd, alt = tempfile.mkstemp(prefix=f"rlscope-top-{pid}-", suffix=".json")
         os.close(fd)
         write(summary, alt)
-        return alt, f"{path}: {e.strerror or e}"
+        return alt, f"{path}: {getattr(e, 'strerror', None) or e}"
 
 
 def write(summary: dict, path: str) -> None:
     """Write the summary atomically, 0600 (it holds the target's command line), through a
     random temp name: a crash never leaves half a file and a planted symlink is not followed."""
-    write_atomic(path, json.dumps(summary, indent=2) + "\n")
+    write_output(path, json.dumps(summary, indent=2) + "\n")
 
 
 def _fmt(v, unit: str = "s") -> str:
