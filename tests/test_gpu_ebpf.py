@@ -64,6 +64,23 @@ def test_run_forwards_a_signal_and_reports_the_command_status(ebpf, spawn, tmp_p
     assert s["end_reason"] in ("command exited (status 7)", "target exited")
 
 
+def test_run_past_its_duration_says_it_waits_and_still_forwards(ebpf, spawn, tmp_path):
+    """--duration ends the session, not the command: `run` says it waits for the command's
+    status, and a signal sent to it alone still reaches the command (it used to wait, deaf)."""
+    code = ("import signal, sys, time\n"
+            "signal.signal(signal.SIGTERM, lambda *a: sys.exit(7))\n"
+            "print('ready', flush=True)\n"
+            "time.sleep(120)\n")
+    summary = tmp_path / "d.json"
+    m = spawn([*CLI, "run", "--headless", "--duration", "1", "--summary", str(summary), "--",
+               sys.executable, "-c", code], cwd=str(tmp_path))
+    line = m.wait_line("the session is over", stream="stderr", timeout=180)
+    assert "waiting for the command (PID" in line and "Ctrl-C stops it" in line
+    assert load_summary(summary)["end_reason"].startswith("duration")
+    m.p.send_signal(signal.SIGTERM)
+    assert m.finish(timeout=60) == 7
+
+
 def _wait_tracing(pid, timeout_s):
     """Wait until the agent in `pid` has acknowledged the monitor's START (CUPTI subscribed)."""
     import time

@@ -275,7 +275,10 @@ def run(opts: Options, argv: list[str], live: bool) -> int:
             if child.poll() is None and str(summary.get("end_reason", "")).startswith("interrupted"):
                 _say(f"detached; the command (PID {child.pid}) goes on")
                 return 130
-            return _wait_child(child)
+            if child.poll() is None:     # --duration ended the session: the command's status is still ours
+                _say(f"the session is over; waiting for the command (PID {child.pid}) to exit, "
+                     "to return its status (Ctrl-C stops it)")
+            return _wait_child(child, fwd)
     finally:
         listener.close()
 
@@ -304,10 +307,16 @@ def _live(opts: Options, child: subprocess.Popen, log: str) -> dict:
     return summary
 
 
-def _wait_child(child: subprocess.Popen) -> int:
+def _wait_child(child: subprocess.Popen, fwd: Forwarder | None = None) -> int:
+    """The command's exit status; a signal sent to us alone meanwhile is passed on (headless)."""
     while True:
         try:
-            return exit_status(child.wait())
+            if fwd is None:
+                return exit_status(child.wait())
+            try:
+                return exit_status(child.wait(timeout=0.1))
+            except subprocess.TimeoutExpired:
+                fwd.poll()
         except KeyboardInterrupt:       # a Ctrl-C while we wait goes to the command too
             continue
 
