@@ -66,7 +66,7 @@ class KernelStackSampler(StackSampler):
         try:
             first = Interpreter(self.pid)
         except NotReadablePython as e:
-            if not self.probes.children:
+            if not self.probes.children or e.other_version:    # a Python of its own: austin reads it
                 self.error = str(e)
                 return False
             first = None                 # a launcher (bash train.sh): its Python children are read

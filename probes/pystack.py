@@ -68,7 +68,8 @@ class Interpreter:
             self.layout = LAYOUTS.get(self.version[:2])
             if self.layout is None:
                 raise NotReadablePython(f"CPython {self.version[0]}.{self.version[1]} (the in-kernel sampler "
-                                        f"reads {', '.join('%d.%d' % v for v in sorted(LAYOUTS))})")
+                                        f"reads {', '.join('%d.%d' % v for v in sorted(LAYOUTS))})",
+                                        other_version=True)
         except NotReadablePython:
             self.close()
             raise

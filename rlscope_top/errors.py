@@ -184,4 +184,9 @@ class NotElf(Exception):
 
 class NotReadablePython(Exception):
     """A process the in-kernel stack sampler cannot read: not a CPython it has a layout for, or
-    memory it cannot open (the message says which; the session falls back to austin)."""
+    memory it cannot open (the message says which; the session falls back to austin).
+    ``other_version``: it is a CPython, of a version without a layout (austin reads it)."""
+
+    def __init__(self, message: str, other_version: bool = False):
+        super().__init__(message)
+        self.other_version = other_version

@@ -179,3 +179,38 @@ def test_austin_on_a_launcher_points_at_the_kernel_sampler(ebpf, spawn, monitor,
     assert m.finish(timeout=60) == 0, m.stderr_text
     notes = [n for n in load_summary(summary)["notes"] if n.startswith("operations unavailable")]
     assert len(notes) == 1 and "--sampler auto" in notes[0] and "\n" not in notes[0], notes
+
+
+def _other_cpython() -> str | None:
+    """A CPython the in-kernel sampler has no layout for (pyenv's 3.12 or 3.13 here)."""
+    import glob
+    import os
+
+    for v in ("3.13", "3.12"):
+        for exe in sorted(glob.glob(os.path.expanduser(f"~/.pyenv/versions/{v}*/bin/python{v}"))) + \
+                [f"/usr/bin/python{v}", f"/usr/local/bin/python{v}"]:
+            if os.access(exe, os.X_OK):
+                return exe
+    return None
+
+
+def test_a_cpython_the_kernel_sampler_cannot_read_is_sampled_by_austin(ebpf, spawn, monitor, tmp_path):
+    """`--op` on a Python 3.12/3.13 target: auto falls back to austin (it used to take the target
+    for a launcher and sample nothing in it), and the shares match the target's own timing."""
+    from support import TARGETS
+
+    exe = _other_cpython()
+    if exe is None:
+        pytest.skip("no CPython other than 3.11 on this machine (pyenv's 3.12 or 3.13)")
+    truth = tmp_path / "truth.json"
+    t = spawn([exe, str(TARGETS / "py_phases.py"), str(truth)], cwd=str(TARGETS))
+    t.wait_line("ready", timeout=60)
+    m, summary = monitor(t.pid, "--duration", "6", "--op", "collect=collect", "--op", "update=update")
+    assert m.finish(timeout=120) == 0, m.stderr_text
+    t.finish(signal.SIGTERM)
+    s = load_summary(summary)
+    assert "stack sampler: austin (the in-kernel one cannot read" in m.stderr_text, m.stderr_text
+    want = _truth_shares(json.loads(truth.read_text()), s["window"])
+    for n in ("collect", "update"):
+        assert s["operations"][n]["source"] == "sampled"
+        assert abs(s["operations"][n]["share"] - want[n]) <= 0.05, (n, s["operations"][n]["share"], want)
