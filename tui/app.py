@@ -13,7 +13,6 @@ from textual.screen import ModalScreen
 from textual.widgets import DataTable, Footer, Static
 
 from rlscope_top.report.view import ViewModel
-from rlscope_top.safe_files import is_stream
 from rlscope_top.vocab import CATEGORIES, LABELS, NA_TEXT, fmt
 
 # Okabe-Ito colours (distinguishable with colour-blindness) plus a glyph per category,
@@ -362,8 +361,7 @@ class RlscopeApp(App):
 
     def action_snapshot(self) -> None:
         self.snapshots += 1
-        want = (f"rlscope-top-snapshot{self.snapshots}.json" if is_stream(self.summary_path)   # /dev/null, /dev/stdout
-                else self.summary_path.removesuffix(".json") + f".snapshot{self.snapshots}.json")
+        want = self.vm.snapshot_path(self.summary_path, self.snapshots)
         path, failed = self.vm.write_summary(want)
         self.notify(f"snapshot written to {path}" + (f" (could not write {failed})" if failed else ""),
                     severity="warning" if failed else "information")

@@ -17,6 +17,7 @@ from ..account.books import Books
 from ..account.session_figures import figures
 from ..ring.records import pid_label
 from ..ring.ring import RingReader
+from ..safe_files import is_stream
 from ..vocab import ALL_OP, CATEGORIES, LABELS, NA
 
 HISTORY = 120
@@ -152,6 +153,14 @@ class ViewModel:
             (the path written, why ``path`` failed or None).
         """
         return S.write_safely(self.summary(), path, self.books.cpu.meta.get("pid", 0))
+
+    @staticmethod
+    def snapshot_path(summary_path: str, n: int) -> str:
+        """Where the screen's ``n``-th snapshot goes: beside the summary, or in the working
+        directory when the summary is a stream (/dev/null, /dev/stdout, a FIFO)."""
+        if is_stream(summary_path):
+            return f"rlscope-top-snapshot{n}.json"
+        return summary_path.removesuffix(".json") + f".snapshot{n}.json"
 
     def snapshot(self) -> dict:
         """Everything the screen shows, for this refresh (categories: the scope's; the rest: the job's)."""
