@@ -137,14 +137,15 @@ def write_output(path: str, data: bytes | str, mode: int = FILE_MODE) -> None:
 
 def _open_stream(path: str) -> int | None:
     """``path`` opened for writing when it is (or a root-made link leads to) a stream: a
-    character device, FIFO or socket, or the shell's redirect behind ``/dev/stdout``. None for
-    a name ``write_atomic`` should replace."""
+    character device, our own FIFO or socket, or the shell's redirect behind ``/dev/stdout``.
+    None for a name ``write_atomic`` should replace (another user's FIFO in /tmp is replaced,
+    as before: written to, it would hand that user the summary)."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
         return None
     link = stat.S_ISLNK(st.st_mode)
-    if stat.S_ISREG(st.st_mode) or (link and not root_only_dir(os.path.dirname(os.path.abspath(path)))):
+    if not _stream_candidate(path, st, link):
         return None
     if stat.S_ISBLK(st.st_mode):
         raise UnsafePath(f"{path} is a block device; refusing to write a file onto it", hint="give a file path")
@@ -157,16 +158,29 @@ def _open_stream(path: str) -> int | None:
         if e.errno == errno.ENXIO:
             raise UnsafePath(f"{path} is a FIFO that no one reads", hint="start its reader first") from None
         raise
+    return _as_stream(fd, path, link)
+
+
+def _stream_candidate(path: str, st: os.stat_result, link: bool) -> bool:
+    """A root-made link, a device, or a FIFO or socket of root's (or ours)."""
+    if link:
+        return root_only_dir(os.path.dirname(os.path.abspath(path)))
+    if stat.S_ISFIFO(st.st_mode) or stat.S_ISSOCK(st.st_mode):
+        return st.st_uid in (0, os.geteuid())
+    return stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)
+
+
+def _as_stream(fd: int, path: str, link: bool) -> int | None:
+    """The descriptor to write, from what ``path`` opened as (None: a file, to replace)."""
     m = os.fstat(fd).st_mode
-    if stat.S_ISREG(m) and link and os.readlink(path).startswith("/proc/"):
-        os.close(fd)                  # /dev/stdout into a shell's `> file`: add to it, as the stream would
+    if not (stat.S_ISREG(m) or stat.S_ISBLK(m)):
+        return fd
+    os.close(fd)
+    if stat.S_ISBLK(m):
+        raise UnsafePath(f"{path} leads to a block device; refusing to write a file onto it", hint="give a file path")
+    if link and os.readlink(path).startswith("/proc/"):   # /dev/stdout into a shell's `> file`: add to it
         return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
-    if stat.S_ISREG(m) or stat.S_ISBLK(m):
-        os.close(fd)
-        if stat.S_ISBLK(m):
-            raise UnsafePath(f"{path} leads to a block device; refusing to write a file onto it", hint="give a file path")
-        return None
-    return fd
+    return None
 
 
 def is_stream(path: str) -> bool:
@@ -175,10 +189,9 @@ def is_stream(path: str) -> bool:
     try:
         st = os.lstat(path)
         link = stat.S_ISLNK(st.st_mode)
-        if link:
-            if not root_only_dir(os.path.dirname(os.path.abspath(path))):
-                return False
-            st = os.stat(path)
+        if not _stream_candidate(path, st, link):
+            return False
+        st = os.stat(path) if link else st
     except OSError:
         return False
     if stat.S_ISREG(st.st_mode):

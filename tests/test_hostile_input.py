@@ -80,6 +80,12 @@ def test_a_fifo_gets_one_summary_and_one_with_no_reader_falls_back(tmp_path):
             time.sleep(0.01)
     reader.join(10)
     assert json.loads(got[0]) == {"schema": "x"}
+    theirs = tmp_path / "theirs.json"            # another user's FIFO where the summary goes: replaced
+    os.mkfifo(theirs)
+    os.chown(theirs, 65534, 65534)
+    assert not is_stream(str(theirs))
+    S.write({"schema": "z"}, str(theirs))
+    assert stat.S_ISREG(os.lstat(theirs).st_mode) and json.loads(theirs.read_text()) == {"schema": "z"}
     from rlscope_top.report.view import ViewModel
     assert ViewModel.snapshot_path(str(fifo), 2) == "rlscope-top-snapshot2.json"     # not fifo.snapshot2.json
     assert ViewModel.snapshot_path(str(tmp_path / "run.json"), 2) == str(tmp_path / "run.snapshot2.json")
