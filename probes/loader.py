@@ -21,7 +21,7 @@ from . import bpf_cache, uprobe_multi
 from .maps import MapAccess, descendants, mapped_files, task_ids
 from .program import capture_output, compiler_reason, first_line, generic_fn, low_priority, program_text
 from . import elf_symbols, proc_maps, symbols
-from .symbols import resolve as resolve_symbol
+from .symbols import resolve as resolve_symbol, target_file
 from .static_copies import StaticCopies
 from .prologue import cheap_offset, is_cheap_at
 from ..collect.calibration import Calibration, load as load_calibration
@@ -320,7 +320,7 @@ class ProbeSet(MapAccess):
             # without its end a wait bracket would stay open: time it not at all instead
             self.missing.setdefault(spec.group, []).append(f"{spec.symbol} (no wait end probe)")
             return False
-        root_path = path if os.path.exists(path) else f"/proc/{self._where.get(path, self.pid)}/root{path}"
+        root_path = target_file(self._where.get(path, self.pid), path)
         try:
             os.close(open_regular(root_path))      # bcc's own open would block on a FIFO put in its place
             spec = resolve_symbol(self._bcc, spec, root_path)

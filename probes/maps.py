@@ -104,8 +104,10 @@ def _uprobes_in(regions) -> tuple[int, int] | None:
 
 
 def mapped_files(pid: int) -> set[str]:
-    """Paths of executable file mappings of a process (empty if it is gone)."""
-    return {r.path for r in proc_maps.exec_files(pid) if not r.path.endswith(" (deleted)")}
+    """Paths of executable file mappings of a process (empty if it is gone), as /proc/PID/maps
+    names them: a library deleted or replaced since it was loaded keeps its " (deleted)" (it is
+    probed through the process's own mapping: symbols.target_file); memfd code is left out."""
+    return {r.path for r in proc_maps.exec_files(pid) if not r.path.startswith("/memfd:")}
 
 
 class MapAccess:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from . import bpf_cache
+from . import bpf_cache, proc_maps
 from .catalog import ProbeSpec, is_user_spec
 from ..errors import SymbolMissing
 
@@ -74,7 +74,18 @@ def check(bcc, path: str, symbol: str) -> None:
                             f"`rlscope-top symbols {path}`") from None
 
 
+DELETED = " (deleted)"
+
+
 def target_file(pid: int, path: str) -> str:
-    """A path from /proc/PID/maps as this process can open it (through the target's root
-    when it runs in another mount namespace)."""
+    """A path from /proc/PID/maps as this process can open it: through the target's root when
+    it runs in another mount namespace, and a library whose file was deleted or replaced since
+    it was loaded (``pip install -U torch`` under a running job) through the target's own
+    mapping of it, /proc/PID/map_files/START-END: that opens the inode the process runs, and a
+    uprobe placed by that path fires in it (the new file at the old path is another inode)."""
+    if path.endswith(DELETED):
+        for r in proc_maps.exec_files(pid):
+            if r.path == path:
+                return f"/proc/{pid}/map_files/{r.start:x}-{r.end:x}"
+        return path
     return path if os.path.exists(path) else f"/proc/{pid}/root{path}"

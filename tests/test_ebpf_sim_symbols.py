@@ -87,3 +87,20 @@ def test_a_sim_lib_path_that_does_not_exist_exits_2_before_compiling(ebpf, targe
     assert lines == [f"rlscope-top: error: --sim-lib {gone}: no such file", lines[1]], p.stderr
     assert lines[1].startswith("  hint: ") and f"rlscope-top doctor {t.pid}" in lines[1]
     assert t.p.poll() is None
+
+
+def test_a_library_replaced_on_disk_is_probed_in_the_copy_the_process_runs(ebpf, target, monitor, simlib, tmp_path):
+    """`pip install -U` under a running job: maps names the library `... (deleted)` and its path
+    holds another file. Both used to be skipped (no probe, "not loaded (yet)"); the probes now go
+    in through /proc/PID/map_files, the inode the process runs, and count every call."""
+    go, done = tmp_path / "go", tmp_path / "done"
+    t = target("simlib_replaced.py", simlib, tmp_path / "libtoysim.so", 1009, go, done)
+    m, summary = monitor(t.pid, "--sim-lib", "libtoysim.so:sim_step")
+    go.touch()
+    wait_file(done)
+    time.sleep(0.5)
+    assert stop(m) == 0, m.stderr_text
+    s = load_summary(summary)
+    assert s["calls"]["simulator"] == 1009, s["calls"]
+    assert "probes for sim:libtoysim.so (libtoysim.so (deleted))" in m.stderr_text, m.stderr_text
+    assert "--sim-lib libtoysim.so: not loaded" not in m.stderr_text
