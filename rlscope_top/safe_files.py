@@ -173,14 +173,23 @@ def _stream_candidate(path: str, st: os.stat_result, link: bool) -> bool:
 def _as_stream(fd: int, path: str, link: bool) -> int | None:
     """The descriptor to write, from what ``path`` opened as (None: a file, to replace)."""
     m = os.fstat(fd).st_mode
-    if not (stat.S_ISREG(m) or stat.S_ISBLK(m)):
+    if _stream_mode(m):
         return fd
     os.close(fd)
     if stat.S_ISBLK(m):
         raise UnsafePath(f"{path} leads to a block device; refusing to write a file onto it", hint="give a file path")
-    if link and os.readlink(path).startswith("/proc/"):   # /dev/stdout into a shell's `> file`: add to it
+    if _into_proc(path, link):        # /dev/stdout into a shell's `> file`: add to it
         return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
     return None
+
+
+def _stream_mode(mode: int) -> bool:
+    return stat.S_ISCHR(mode) or stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+
+
+def _into_proc(path: str, link: bool) -> bool:
+    """A link to one of a process's descriptors (/dev/stdout: /proc/self/fd/1)."""
+    return link and os.readlink(path).startswith("/proc/")
 
 
 def is_stream(path: str) -> bool:
@@ -194,9 +203,7 @@ def is_stream(path: str) -> bool:
         st = os.stat(path) if link else st
     except OSError:
         return False
-    if stat.S_ISREG(st.st_mode):
-        return link and os.readlink(path).startswith("/proc/")
-    return stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode) or stat.S_ISSOCK(st.st_mode)
+    return _stream_mode(st.st_mode) or (stat.S_ISREG(st.st_mode) and _into_proc(path, link))
 
 
 def _through_root_link(path: str) -> str:

@@ -347,17 +347,19 @@ def _finish(opts: Options, summary: dict, collector: Collector, ring, dropped: i
     Raises:
         IncompleteSummary: the ring lost the session's start (the summary is written all the same).
     """
+    def write(path: str, say: bool) -> str:
+        path, failed = S.write_safely(summary, path, opts.pid)
+        if failed and say:
+            notify("warn", f"could not write the summary to {failed}; written to {path} instead")
+        return path
+
     path = opts.summary_path or S.default_path(opts.pid)
     stream = is_stream(path)         # /dev/null, /dev/stdout, a FIFO: one write, after the detach
     if not stream:
-        path, failed = S.write_safely(summary, path, opts.pid)
-        if failed:
-            notify("warn", f"could not write the summary to {failed}; written to {path} instead")
+        path = write(path, True)
     detach_s = collector.detach()
     summary["overhead"]["detach_s"] = round(detach_s, 3)
-    path, failed = S.write_safely(summary, path, opts.pid)
-    if failed and stream:
-        notify("warn", f"could not write the summary to {failed}; written to {path} instead")
+    path = write(path, stream)
     if opts.record_path:
         ring.finish(dropped=dropped, detach_s=summary["overhead"]["detach_s"], ring_path=summary["ring"]["path"])
     if render:
