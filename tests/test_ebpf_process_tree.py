@@ -110,12 +110,15 @@ def test_a_child_that_execs_a_native_program_counts_on_and_off_cpu(ebpf, target,
     # its own CPU (rusage) and wall time, within 10% or 0.1 s: native on-CPU by where the tick
     # found it (the shell's own code, the kernel), nothing in Python
     # (a tick or two may find it between its fork and its exec, still the python program)
+    # On-CPU from switch to switch holds the hypervisor's steal too, rusage does not: a CI run read
+    # 2.81 s against 2.53; the machine's steal meanwhile (all CPUs, so at most) is allowed on top.
     assert p["cpu_s"]["python"] <= 0.009, p["cpu_s"]
-    assert sum(v or 0 for v in p["cpu_s"].values()) == pytest.approx(want["cpu_s"], rel=0.10, abs=0.1), (p, want)
+    cpu = sum(v or 0 for v in p["cpu_s"].values())
+    assert want["cpu_s"] * 0.9 - 0.1 <= cpu <= want["cpu_s"] * 1.1 + 0.1 + want["steal_s"], (p, want)
     rows = [th for th in s["threads"] if th["pid"] == want["pid"]]
     assert rows and all(not th["python_thread"] and th["python_s"] is None for th in rows), rows
     on, off = sum(th["on_cpu_s"] for th in rows), sum(th["off_cpu_s"] for th in rows)
-    assert on == pytest.approx(want["cpu_s"], rel=0.10, abs=0.1) and off > 1.0, (rows, want)
+    assert want["cpu_s"] * 0.9 - 0.1 <= on <= want["cpu_s"] * 1.1 + 0.1 + want["steal_s"] and off > 1.0, (rows, want)
     assert on + off == pytest.approx(want["wall_s"], rel=0.10, abs=0.1), (rows, want)
     assert any(f"PID {want['pid']}" in line and "does not run Python" in line for line in m.err), m.err
 

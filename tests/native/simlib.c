@@ -9,12 +9,31 @@ static double now(void) {
     return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
+/* The calling thread's last sim_step: its own first and last clock reads (CLOCK_MONOTONIC), a
+ * known answer at the library's boundary, which is the monitor's. Timed from Python around the
+ * call, the binding's dispatch counts too: on the CI VM a ctypes call right after a sleep takes
+ * 14-25 us, not 1 us. sim_last (never probed) copies them out: common.SimBounds. */
+static __thread struct timespec last[2];
+
+void sim_last(long out[4]) {
+    out[0] = last[0].tv_sec; out[1] = last[0].tv_nsec;
+    out[2] = last[1].tv_sec; out[3] = last[1].tv_nsec;
+}
+
 double sim_step(double seconds) {
-    double t0 = now();
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    last[0] = t;
+    double t0 = t.tv_sec + t.tv_nsec * 1e-9;
     volatile double x = 0;
-    while (now() - t0 < seconds)
+    for (;;) {
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        if (t.tv_sec + t.tv_nsec * 1e-9 - t0 >= seconds)
+            break;
         for (int i = 0; i < 200; i++)
             x += i * 0.5;
+    }
+    last[1] = t;
     return x;
 }
 

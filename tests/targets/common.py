@@ -31,6 +31,21 @@ def load_simlib(path: str) -> ctypes.CDLL:
     return lib
 
 
+class SimBounds:
+    """The calling thread's last ``sim_step``: its own first and last clock reads (simlib.c's
+    ``sim_last``), in ns. That is its interval at the library's boundary, where the monitor's
+    Simulator begins and ends; the binding's dispatch around it is Python."""
+
+    def __init__(self, lib: ctypes.CDLL):
+        self._read = lib.sim_last
+        self._read.argtypes, self._read.restype = [ctypes.POINTER(ctypes.c_long)], None
+
+    def last(self) -> tuple[int, int]:
+        t = (ctypes.c_long * 4)()
+        self._read(t)
+        return t[0] * 1_000_000_000 + t[1], t[2] * 1_000_000_000 + t[3]
+
+
 def sim_rounds(lib: ctypes.CDLL, us: float) -> int:
     """``sim_work`` rounds that take ``us`` microseconds now (the best of 5 tries)."""
     best = min(_timed(lambda: lib.sim_work(10_000)) for _ in range(5))

@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 
-from common import load_simlib, timer_cost
+from common import SimBounds, load_simlib, timer_cost
 
 import torch
 
@@ -30,6 +30,7 @@ ap.add_argument("--threads", type=int, default=1)
 args = ap.parse_args()
 
 lib = load_simlib(args.simlib)
+bounds = SimBounds(lib)
 torch.set_num_threads(1)
 mono = time.monotonic_ns
 logs: list[list] = []
@@ -58,8 +59,8 @@ def worker() -> None:
         t0 = mono(); python_phase(args.py_us / 1e6); t1 = mono()
         log.append(("python", tid, t0, t1))
         if args.sim_us:
-            t0 = mono(); lib.sim_step(args.sim_us / 1e6); t1 = mono()
-            log.append(("simulator", tid, t0, t1))
+            lib.sim_step(args.sim_us / 1e6)
+            log.append(("simulator", tid, *bounds.last()))
         for _ in range(args.ops):
             t0 = mono(); r = torch.mm(a, a); t1 = mono()
             log.append(("backend", tid, t0, t1))

@@ -24,11 +24,12 @@ MIXES = [(2000, 3000, 10, 2000), (4000, 1000, 30, 2000), (1000, 5000, 5, 2000)]
 def worker(simlib, truth, mix, conn):
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import torch
-    from common import load_simlib, timer_cost
+    from common import SimBounds, load_simlib, timer_cost
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)     # the parent says when to stop
     torch.set_num_threads(1)
     lib = load_simlib(simlib)
+    bounds = SimBounds(lib)
     py_us, sim_us, ops, sleep_us = mix
     a = torch.randn(64, 64)
     mono, tid, log = time.monotonic_ns, threading.get_native_id(), []
@@ -43,8 +44,8 @@ def worker(simlib, truth, mix, conn):
                 x += i * i
         t1 = mono()
         log.append(("python", tid, t0, t1))
-        t0 = mono(); lib.sim_step(sim_us / 1e6); t1 = mono()
-        log.append(("simulator", tid, t0, t1))
+        lib.sim_step(sim_us / 1e6)
+        log.append(("simulator", tid, *bounds.last()))
         for _ in range(ops):
             t0 = mono(); r = torch.mm(a, a); t1 = mono()
             log.append(("backend", tid, t0, t1))
