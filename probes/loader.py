@@ -442,16 +442,18 @@ class ProbeSet(MapAccess):
         for a in self.attached:
             if "exit" in _parts(a.spec) and "exit" not in a.parts and self.modes.get(a.spec.category) == "count":
                 try:
-                    self._exit_program(a)
+                    self._part_program(a, "exit")
                 except Exception:     # the verifier's refusal: said when the window attaches it
                     pass
 
-    def _exit_program(self, a: Attached):
-        fns = a.spec.fn_names(a.id)
+    def _part_program(self, a: Attached, part: str):
+        """The loaded (verified) BPF program that serves one part of a probe: bcc keeps it, so
+        only the first call for a program pays the verifier."""
         if getattr(self, "multi", False):
-            return self.bpf.load_func(generic_fn(a.spec, "exit"), self._bcc.BPF.KPROBE,
+            return self.bpf.load_func(generic_fn(a.spec, part), self._bcc.BPF.KPROBE,
                                       attach_type=uprobe_multi.BPF_TRACE_UPROBE_MULTI)
-        return self.bpf.load_func(fns[-1], self._bcc.BPF.KPROBE)
+        fns = a.spec.fn_names(a.id)
+        return self.bpf.load_func(fns[1] if a.spec.kind == PAIR and part == "exit" else fns[0], self._bcc.BPF.KPROBE)
 
     def _attach_part(self, a: Attached, part: str) -> None:
         fns = a.spec.fn_names(a.id)
@@ -475,8 +477,7 @@ class ProbeSet(MapAccess):
         """The same part as an uprobe_multi link (a return probe with the RETURN flag)."""
         ret = a.spec.kind == PAIR and part == "exit"
         off = 0 if a.spec.kind == PAIR else a.offset
-        fn = self.bpf.load_func(generic_fn(a.spec, part), self._bcc.BPF.KPROBE,
-                                attach_type=uprobe_multi.BPF_TRACE_UPROBE_MULTI)
+        fn = self._part_program(a, part)
         file_off = self._file_offset(a.root_path, a.spec.symbol, off)
         cookie = a.id | (a.spec.category & 3) << 16
         a.parts[part] = ("link", uprobe_multi.link(fn.fd, a.root_path, file_off, ret, self.probe_pid, cookie))

@@ -170,7 +170,7 @@ def test_a_category_the_first_window_keeps_timed_is_timed_from_its_first_calls(e
     ~85 ms each here, the calls until then had their time booked as Python, ~0.17 s of every
     default session (a SubprocVecEnv worker's Simulator read 2-4 pp low). A loop that is ~96%
     Simulator, over 2.5 s from attach: its Simulator share within 2.5 pp of its own timing (the
-    first window itself, <= 30 ms, is still Python: ~1.2 pp; before, 6-7 pp)."""
+    first window itself, <= 30 ms, is still Python: ~1.2 pp; with the old loader, -3.0 and -3.1 pp)."""
     s, truth, _ = _run(target, monitor, tmp_path, simlib, ("--py-us", 200, "--sim-us", 5000, "--ops", 0),
                        "--duration", "2.5")
     assert not s["budget"]["modes"] and not s["estimates"], (s["budget"], s["estimates"])

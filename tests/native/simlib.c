@@ -3,10 +3,12 @@
 #include <time.h>
 #include <unistd.h>
 
+static double secs(const struct timespec *t) { return t->tv_sec + t->tv_nsec * 1e-9; }
+
 static double now(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
+    return secs(&t);
 }
 
 /* The calling thread's last sim_step: its own first and last clock reads (CLOCK_MONOTONIC), a
@@ -24,11 +26,11 @@ double sim_step(double seconds) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     last[0] = t;
-    double t0 = t.tv_sec + t.tv_nsec * 1e-9;
+    double t0 = secs(&t);
     volatile double x = 0;
     for (;;) {
         clock_gettime(CLOCK_MONOTONIC, &t);
-        if (t.tv_sec + t.tv_nsec * 1e-9 - t0 >= seconds)
+        if (secs(&t) - t0 >= seconds)
             break;
         for (int i = 0; i < 200; i++)
             x += i * 0.5;
