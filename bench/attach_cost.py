@@ -37,7 +37,9 @@ from monitor_env import monitor_env, warm_bytecode  # noqa: E402
 SETTINGS = {"default": ([], {}), "default, compiling (no cache)": ([], {"RLSCOPE_BPF_CACHE": "0"}),
             "--sample-hz 0": (["--sample-hz", "0"], {}), "--sampler austin": (["--sampler", "austin"], {}),
             # the re-timing windows as before stop 52 (0.22 s every ~2.3 s on this loop), side by side
-            "default (windows as before)": ([], {"RLSCOPE_SITE_WINDOWS": "0"})}
+            "default (windows as before)": ([], {"RLSCOPE_SITE_WINDOWS": "0"}),
+            # the start-up work on any core, as before stop 60 (rlscope_top/collect/start_cpus.py)
+            "default (start on any core)": ([], {"RLSCOPE_START_CPUS": "0"})}
 
 
 class Target:

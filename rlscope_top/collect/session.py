@@ -320,7 +320,7 @@ def _preflight(opts: Options) -> None:
     """What must hold before the ring exists: root, live targets, and --sim-lib symbols that
     resolve in a library mapped now (a misspelling fails before the slow compile)."""
     if opts.polite_start:
-        start_priority.begin()       # a no-op where `attach` began it before its imports
+        start_priority.begin(opts.pid)    # a no-op where `attach` began it before its imports
     require_root()
     for pid in (opts.pid, *opts.more_pids):
         check_target(pid)
