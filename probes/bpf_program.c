@@ -151,6 +151,7 @@ static __always_inline void ev_dropped(void) {
     if (n)
         (*n)++;
 }
+BPF_PERCPU_ARRAY(run_fixes, u64, 1);  // ticks that found a thread the books held off-CPU (tick_on_cpu)
 
 // Calibrated cost of a hit, split by where it lands: before the timestamp (the
 // category being left) and after it (the category being entered).
@@ -903,12 +904,37 @@ static __always_inline void op_tick(struct tstate *s) {
     }
 }
 
+#define TICK_NS 4000000            // the CPU-clock tick's period (loader.py TICK_HZ, 250)
+
+// A tick runs in the context of the thread it interrupts, so that thread is on a CPU. Where
+// the books still hold it off-CPU, sched_switch did not show its switch-in (on rl-zoo3 PPO,
+// 2026-12-02: 0.3-0.8 s stretches of a running thread's time, ticking at 250 Hz with no switch,
+// charged as blocked). It has run for at most about a tick period since: a tick before that
+// would have found it. The rest stays off-CPU, as the switch-in would have charged it.
+static __always_inline void tick_on_cpu(struct tstate *s, u64 now) {
+    if (s->run != RUN_OFF)
+        return;
+    u64 in = now > s->last_ts + TICK_NS ? now - TICK_NS : s->last_ts;
+    if (s->preempted && in > s->last_ts)
+        s->preempt_ns += in - s->last_ts;
+    s->preempted = 0;
+    sop_sync(s, in, RUN_OFF);
+    advance(s, in, RUN_OFF);
+    s->run = RUN_ON;
+    s->sop_off = 0;
+    int zero = 0;
+    u64 *n = run_fixes.lookup(&zero);
+    if (n)
+        (*n)++;
+}
+
 int on_tick(struct bpf_perf_event_data *ctx) {
     u64 now = bpf_ktime_get_ns();
     u32 tid = (u32)bpf_get_current_pid_tgid();
     struct tstate *s = threads.lookup(&tid);
     if (!s || s->exited || !targets.lookup(&s->tgid))
         return 0;
+    tick_on_cpu(s, now);
     u32 where = site_where(s, tid, tick_where(ctx, tid, s->tgid));
     s->ticks[where]++;
     if (op_cfg() & 3) {

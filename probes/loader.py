@@ -29,7 +29,7 @@ from ..errors import BccUnavailable
 from ..safe_files import open_regular
 
 FULL_SCAN_S = 5.0   # a scan reads the maps at least this often, changed or not (maps_changed)
-TICK_HZ = 250   # CPU-clock tick per CPU that applies pending operation changes
+TICK_HZ = 250   # CPU-clock tick per CPU that applies pending operation changes (bpf_program.c TICK_NS)
 
 
 def import_bcc():

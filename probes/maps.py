@@ -345,6 +345,11 @@ class MapAccess:
         """Events the kernel's ring buffer had no room for, summed over CPUs."""
         return int(sum(self.bpf["ev_drops"][ct.c_int(0)]))
 
+    def run_fixes(self) -> int:
+        """Ticks that found a thread the books held off-CPU: switch-ins sched_switch did not
+        show (bpf_program.c ``tick_on_cpu``), summed over CPUs."""
+        return int(sum(self.bpf["run_fixes"][ct.c_int(0)]))
+
 
 def _fw_counters(f) -> dict:
     """A thread's per-framework Backend counters, for the slots that have names."""

@@ -49,6 +49,7 @@ class Accounting:
         self.cost: dict | None = None            # cost_meter readings: target system time, monitor CPU, idle
         self.prices: dict | None = None          # probe costs measured on the target's calls (probe_prices)
         self.event_drops = 0                     # events the kernel's buffer had no room for
+        self.run_fixes = 0                       # switch-ins a tick found missing (maps.run_fixes)
         self.procs: list[dict] = []              # the job's processes (``process`` records), newest
 
     def feed(self, records: list[dict]) -> None:
@@ -90,6 +91,7 @@ class Accounting:
             if key in r:
                 setattr(self, key, r[key])
         self.event_drops = r.get("event_drops", self.event_drops)
+        self.run_fixes = r.get("run_fixes", self.run_fixes)
         if "ranges" in r:      # summed in the kernel (recordings from before: paired from intervals)
             self._kernel_ranges = True
             self.ranges = {n: RangeStat(count, ns) for n, (count, ns) in r["ranges"].items() if count}

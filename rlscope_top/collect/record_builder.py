@@ -73,6 +73,7 @@ class RecordBuilder:
         rec = R.counters(now, list(self._threads.values()) + self._exited.rows(), self.probes.hits(),
                          self.budget.last_pct, ops=self._op_records(ops), procs=self.processes.records(per))
         rec["event_drops"] = self.probes.event_drops()
+        rec["run_fixes"] = self.probes.run_fixes()
         if ranges := self.probes.named_ranges():
             rec["ranges"] = ranges
         cost = self.cost.read()

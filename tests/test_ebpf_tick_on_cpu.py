@@ -1,0 +1,78 @@
+"""A tick repairs a switch-in the books missed (probes/bpf_program.c ``tick_on_cpu``).
+
+On rl-zoo3 PPO a running thread's time was charged as blocked for 0.3-0.8 s at a stretch:
+it ticked at 250 Hz with no context switch while the books held it off-CPU, which the
+default mode's estimate then gave to Python (docs/accuracy.md, 2026-12-02, stop 60). The
+known answer here: a thread that only spins is on a CPU all the time. The test puts the
+kernel's books for it in the off-CPU state 7 times, as a missed switch-in leaves them; each
+time the next tick that interrupts it must set them right, having charged at most one tick
+period to off-CPU.
+"""
+
+from __future__ import annotations
+
+import ctypes as ct
+import subprocess
+import sys
+import time
+
+from rlscope_top.probes import catalog
+from rlscope_top.probes.loader import ProbeSet
+
+RUN_OFF = 0
+INJECTIONS = 7
+
+
+def _books(ps: ProbeSet, tid: int):
+    return ps.bpf["threads"][ct.c_uint(tid)]
+
+
+def _on_off(th, now: int) -> tuple[int, int]:
+    """The thread's Python on- and off-CPU ns, with the time since its last event charged as
+    its state says (as the monitor's record builder does)."""
+    on, off = th.ns[0], th.ns[1]
+    pending = max(0, now - th.last_ts)
+    return (on + pending, off) if th.run != RUN_OFF else (on, off + pending)
+
+
+def _switch_out_unseen_in(ps: ProbeSet, tid: int) -> None:
+    """The books as a switch-out now leaves them, whose switch-in is never seen."""
+    th = _books(ps, tid)
+    now = time.monotonic_ns()
+    if now > th.last_ts:                          # the time until now, as the books hold it
+        th.ns[0 if th.run != RUN_OFF else 1] += now - th.last_ts
+    th.last_ts, th.run = now, RUN_OFF
+    ps.bpf["threads"][ct.c_uint(tid)] = th
+
+
+def test_a_tick_sets_right_a_running_thread_the_books_hold_off_cpu(ebpf):
+    p = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    ps = None
+    try:
+        time.sleep(0.3)
+        ps = ProbeSet(p.pid, [s for s in catalog.builtin() if s.group == "torch"][:1])
+        ps.load()
+        ps.start()
+        assert ps.tick_hz == 250
+        time.sleep(0.3)
+        t0 = time.monotonic_ns()
+        on0, off0 = _on_off(_books(ps, p.pid), t0)
+        for _ in range(INJECTIONS):
+            _switch_out_unseen_in(ps, p.pid)
+            time.sleep(0.05)
+        t1 = time.monotonic_ns()
+        on1, off1 = _on_off(_books(ps, p.pid), t1)
+        fixes = ps.run_fixes()
+    finally:
+        if ps is not None:
+            ps.stop()
+        p.kill()
+        p.wait()
+    span, on, off = t1 - t0, on1 - on0, off1 - off0
+    print(f"span {span / 1e6:.0f} ms: on {on / 1e6:.1f} ms, off {off / 1e6:.1f} ms, {fixes} repairs")
+    # each one a tick's repair, or a switch's where one came first (or twice: a tick between
+    # this test's read of the books and its write back)
+    assert fixes >= 1, fixes
+    # at most one tick period (4 ms) off each time, plus the real preemptions of a busy 2-core VM
+    assert off < INJECTIONS * 4e6 + 0.05 * span, (on, off, span)
+    assert on > 0.85 * span, (on, off, span)
