@@ -14,10 +14,12 @@ import os
 
 
 def running_cpus(pid: int) -> set[int]:
-    """The CPUs the running (state R) tasks of a process and of its direct children are on."""
+    """The CPUs the running (state R) tasks of a process and of its descendants are on."""
+    from ..probes.maps import descendants, task_ids  # noqa: PLC0415  (after the start is niced)
+
     cpus: set[int] = set()
-    for p in (pid, *_children(pid)):
-        for tid in _tasks(p):
+    for p in (pid, *descendants(pid)):
+        for tid in task_ids(p):
             st = _stat(p, tid)
             if st is not None and st[0] == "R":
                 cpus.add(st[1])
@@ -42,21 +44,3 @@ def _stat(pid: int, tid: int) -> tuple[str, int] | None:
         return rest[0], int(rest[36])
     except (OSError, IndexError, ValueError):
         return None
-
-
-def _tasks(pid: int) -> list[int]:
-    try:
-        return [int(t) for t in os.listdir(f"/proc/{pid}/task")]
-    except OSError:
-        return []
-
-
-def _children(pid: int) -> list[int]:
-    out: list[int] = []
-    for tid in _tasks(pid):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/children") as f:
-                out += [int(c) for c in f.read().split()]
-        except (OSError, ValueError):
-            pass
-    return out
