@@ -677,6 +677,19 @@ struct pys_switch_arg {
 };
 BPF_PERCPU_ARRAY(pys_arg, struct pys_switch_arg, 1);
 
+// A thread back on a CPU at ``at``: its time since it went off is off-CPU (waiting for a CPU
+// where it was preempted), and it runs from here (sched_switch, and a tick's repair: tick_on_cpu).
+static __always_inline void switch_in(struct tstate *s, u64 at) {
+    if (s->preempted && at > s->last_ts)
+        s->preempt_ns += at - s->last_ts;
+    s->preempted = 0;
+    sop_sync(s, at, RUN_OFF);   // a change sampled as it blocked owns the time it was off
+    advance(s, at, RUN_OFF);
+    s->run = RUN_ON;
+    s->sop_off = 0;
+    tl_emit(s->tid, s->tgid, at, EV_ON, 0);    // the reference engine sees the same switch-in
+}
+
 TRACEPOINT_PROBE(sched, sched_switch) {
     u64 now = bpf_ktime_get_ns();
     u32 prev = args->prev_pid, next = args->next_pid;
@@ -701,14 +714,7 @@ TRACEPOINT_PROBE(sched, sched_switch) {
     }
     s = threads.lookup(&next);
     if (s && !s->exited && targets.lookup(&s->tgid)) {
-        if (s->preempted && now > s->last_ts)
-            s->preempt_ns += now - s->last_ts;
-        s->preempted = 0;
-        sop_sync(s, now, RUN_OFF);  // a change sampled as it blocked owns the time it was off
-        advance(s, now, RUN_OFF);
-        s->run = RUN_ON;
-        s->sop_off = 0;
-        tl_emit(next, s->tgid, now, EV_ON, 0);
+        switch_in(s, now);
     }
     if (pys_blocked) {                 // pys_switch below, handed what it needs; no return from it
         int zero = 0;
@@ -914,14 +920,7 @@ static __always_inline void op_tick(struct tstate *s) {
 static __always_inline void tick_on_cpu(struct tstate *s, u64 now) {
     if (s->run != RUN_OFF)
         return;
-    u64 in = now > s->last_ts + TICK_NS ? now - TICK_NS : s->last_ts;
-    if (s->preempted && in > s->last_ts)
-        s->preempt_ns += in - s->last_ts;
-    s->preempted = 0;
-    sop_sync(s, in, RUN_OFF);
-    advance(s, in, RUN_OFF);
-    s->run = RUN_ON;
-    s->sop_off = 0;
+    switch_in(s, now > s->last_ts + TICK_NS ? now - TICK_NS : s->last_ts);
     int zero = 0;
     u64 *n = run_fixes.lookup(&zero);
     if (n)
