@@ -195,8 +195,7 @@ def _nearest_exact(rows: list[dict], i: int) -> dict:
     """The reference shares for session i: the mean of the nearest exact session before it
     and the nearest after it (one of them at either end of the run; itself, for an exact one)."""
     exact = [j for j, r in enumerate(rows) if r["mode"] == "exact"]
-    near = [j for j in exact if j == i] or [j for j in (max((j for j in exact if j < i), default=None),
-                                                        min((j for j in exact if j > i), default=None)) if j is not None]
+    near = [i] if i in exact else [j for j in exact if j < i][-1:] + [j for j in exact if j > i][:1]
     return {c: statistics.mean(rows[j]["shares"][c] for j in near) for c in CATS}
 
 

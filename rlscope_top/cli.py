@@ -324,7 +324,7 @@ def _attaching(ns: argparse.Namespace) -> int:
     if not live:          # the live screen's thread keeps its priority: the collecting thread begins it
         from .collect import start_priority  # noqa: PLC0415
 
-        start_priority.begin(getattr(ns, "pid", None))
+        start_priority.begin(ns.pid)
     from .collect.session import run, run_live  # noqa: PLC0415
     (run_live if live else run)(_options(ns, ns.pid))
     return 0

@@ -16,11 +16,12 @@ import os
 def running_cpus(pid: int) -> set[int]:
     """The CPUs the running (state R) tasks of a process and of its descendants are on."""
     from ..probes.maps import descendants, task_ids  # noqa: PLC0415  (after the start is niced)
+    from .target import thread_stat  # noqa: PLC0415
 
     cpus: set[int] = set()
     for p in (pid, *descendants(pid)):
         for tid in task_ids(p):
-            st = _stat(p, tid)
+            st = thread_stat(p, tid)
             if st is not None and st[0] == "R":
                 cpus.add(st[1])
     return cpus
@@ -34,13 +35,3 @@ def away_from(pid: int | None, allowed: set[int]) -> set[int] | None:
         return None
     away = allowed - running_cpus(pid)
     return away if away and away != allowed else None
-
-
-def _stat(pid: int, tid: int) -> tuple[str, int] | None:
-    """A task's state and the CPU it last ran on (/proc's stat fields 3 and 39)."""
-    try:
-        with open(f"/proc/{pid}/task/{tid}/stat") as f:
-            rest = f.read().rpartition(")")[2].split()
-        return rest[0], int(rest[36])
-    except (OSError, IndexError, ValueError):
-        return None

@@ -115,11 +115,19 @@ def thread_name(pid: int, tid: int) -> str:
 
 def thread_running(pid: int, tid: int) -> bool:
     """Whether a thread is in state R right now."""
+    st = thread_stat(pid, tid)
+    return st is not None and st[0] == "R"
+
+
+def thread_stat(pid: int, tid: int) -> tuple[str, int] | None:
+    """A thread's state and the CPU it last ran on (/proc's stat fields 3 and 39), or None
+    where it is gone."""
     try:
         with open(f"/proc/{pid}/task/{tid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "R"
-    except (OSError, IndexError):
-        return False
+            rest = f.read().rsplit(")", 1)[1].split()
+        return rest[0], int(rest[36])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def _is_kernel_thread(pid: int) -> bool:
