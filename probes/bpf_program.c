@@ -34,6 +34,7 @@
 #define EV_OFF 8
 #define EV_NEW 9
 #define EV_OP 10                  // the thread's operation changed (cat: the new op id, 0 none)
+#define EV_CLOSE 11               // the category's open calls closed (depth_sync), at the event's ts
 
 struct tstate {
     u64 last_ts;
@@ -63,7 +64,8 @@ struct tstate {
     u64 preempt_ns;           // off-CPU time while still runnable (waiting for a CPU, not blocked)
     u8 preempted;             // switched out runnable (preempted or yielded), not blocked
     u8 tick_pending;          // this tick's place + 1, until its operation is known (op_tick)
-    u8 pad3[6];
+    u8 dgen[NCAT];            // per category, the `dgen` generation its depth belongs to
+    u8 pad3[2];
 };
 
 // A thread's latest sampled operation changes, written whole by the monitor: each
@@ -152,6 +154,7 @@ static __always_inline void ev_dropped(void) {
         (*n)++;
 }
 BPF_PERCPU_ARRAY(run_fixes, u64, 1);  // ticks that found a thread the books held off-CPU (tick_on_cpu)
+BPF_PERCPU_ARRAY(closed_calls, u64, 1);   // calls left open by a budget step, closed (depth_sync)
 
 // Calibrated cost of a hit, split by where it lands: before the timestamp (the
 // category being left) and after it (the category being entered).
@@ -229,6 +232,14 @@ static __always_inline void trap_note(struct pt_regs *ctx, int id, int part, int
 // exit probes: entries are counted, time is estimated in user space).
 BPF_ARRAY(modes, u32, NCAT);
 
+// Per category, bumped by the monitor once the budget has removed its exit probes (count or
+// off): a call open then never sees its exit (a uretprobe's pending return runs no handler
+// once unregistered), and its depth would hold every later moment of the thread in the
+// category, to the end of the session where the category is off. A thread's depth from an
+// older generation is closed at its next event.
+struct dgens { u32 g[NCAT]; };
+BPF_ARRAY(dgen, struct dgens, 1);
+
 // --timeline: stream every event as well (for short captures and to check the
 // kernel's accounting against the reference engine in user space).
 BPF_ARRAY(timeline, u32, 1);
@@ -297,6 +308,31 @@ static __always_inline int cur_cat(struct tstate *s) {
     return CAT_PY;
 }
 
+// Close a category's calls left open by an older `dgen` generation, as of the thread's last
+// event (advance: the time until it stays in the category). The timeline gets EV_CLOSE.
+static __always_inline void depth_sync(struct tstate *s) {
+    int zero = 0;
+    struct dgens *g = dgen.lookup(&zero);
+    if (!g)
+        return;
+#pragma unroll
+    for (int c = 1; c < NCAT; c++) {
+        u8 now = (u8)g->g[c];
+        if (s->dgen[c] == now)
+            continue;
+        s->dgen[c] = now;
+        if (s->depth[c] == 0)
+            continue;
+        s->depth[c] = 0;
+        if (c == CAT_BACKEND)
+            s->fw.wait = 0;
+        u64 *n = closed_calls.lookup(&zero);
+        if (n)
+            (*n)++;
+        tl_emit(s->tid, s->tgid, s->last_ts, EV_CLOSE, c);
+    }
+}
+
 // Charge [last_ts, now) to the current category. `hint` resolves RUN_UNKNOWN: the
 // state a thread must have been in for this event to happen without a switch.
 static __always_inline void advance(struct tstate *s, u64 now, u8 hint) {
@@ -315,6 +351,15 @@ static __always_inline void advance(struct tstate *s, u64 now, u8 hint) {
         }
     }
     s->last_ts = now;
+    depth_sync(s);
+}
+
+// Whether a category's calls are to be closed (depth_sync): a thread with no other event
+// (a native call spinning, no operations sampled) is closed by its next tick.
+static __always_inline int depth_behind(struct tstate *s) {
+    int zero = 0;
+    struct dgens *g = dgen.lookup(&zero);
+    return g && (s->dgen[1] != (u8)g->g[1] || s->dgen[2] != (u8)g->g[2] || s->dgen[3] != (u8)g->g[3]);
 }
 
 // Apply new sampled operations at the instants the monitor saw them, in order, so time
@@ -942,6 +987,8 @@ int on_tick(struct bpf_perf_event_data *ctx) {
         advance(s, now, RUN_ON);
         if (where < NTICK)
             s->tick_pending = where + 1;
+    } else if (depth_behind(s)) {
+        advance(s, now, RUN_ON);
     }
     pys_tick_prog.call(ctx, 0);        // pys_tick below; no return from it
     op_tick(s);                        // no stack sampler here: the operation standing

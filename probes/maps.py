@@ -32,7 +32,7 @@ NTICK = 7       # on-CPU ticks per thread: Python (its frames read: bpf_program.
 NRANGES = 64    # executable mappings the tick can tell apart
 EV_RANGE_BEGIN, EV_RANGE_END, EV_THREAD_EXIT = 1, 2, 3
 UNNAMED_RANGE = "(ranges past the kernel's 1,024 names)"   # bpf_program.c range_ids is full
-EV_ENTER, EV_EXIT, EV_ON, EV_OFF, EV_NEW, EV_OP = 5, 6, 7, 8, 9, 10
+EV_ENTER, EV_EXIT, EV_ON, EV_OFF, EV_NEW, EV_OP, EV_CLOSE = 5, 6, 7, 8, 9, 10, 11
 SOP_BLOCKED = 0x80000000    # bpf_program.c: the op of a blocked sample, for the time off CPU
 
 
@@ -349,6 +349,11 @@ class MapAccess:
         """Ticks that found a thread the books held off-CPU: switch-ins sched_switch did not
         show (bpf_program.c ``tick_on_cpu``), summed over CPUs."""
         return int(sum(self.bpf["run_fixes"][ct.c_int(0)]))
+
+    def closed_calls(self) -> int:
+        """Threads' calls a budget step left open (their exit probes gone), closed at their next
+        event (bpf_program.c ``depth_sync``), summed over CPUs."""
+        return int(sum(self.bpf["closed_calls"][ct.c_int(0)]))
 
 
 def _fw_counters(f) -> dict:

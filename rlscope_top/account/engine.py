@@ -17,7 +17,7 @@ import dataclasses
 import heapq
 
 PY, BACKEND, SIM, CUDA = 0, 1, 2, 3
-ENTER, EXIT, ON, OFF, GONE, NEW = "enter", "exit", "on", "off", "gone", "new"
+ENTER, EXIT, ON, OFF, GONE, NEW, CLOSE = "enter", "exit", "on", "off", "gone", "new", "close"
 OFF_CPU, ON_CPU, UNKNOWN = 0, 1, 2
 
 
@@ -105,6 +105,10 @@ class Engine:
             return
         st = self._state(tid, ts)
         if st.gone:
+            return
+        if kind == CLOSE:              # the category's open calls closed (bpf_program.c depth_sync): no switch
+            self._charge(st, ts, ON_CPU if st.run == UNKNOWN else st.run, tid)
+            st.depth[cat] = 0
             return
         # What the thread must have been doing since its last event for this one to
         # happen: an OFF or a probe hit means it was running, an ON that it was not.

@@ -335,7 +335,8 @@ def _probes(acct: Accounting) -> dict:
                                            for p in meta.get("probes", []) if p["group"] == g)}
                          for g, libs in meta.get("groups", {}).items()},
             "missing": meta.get("missing", {}), "hits": acct.probe_hits(), "dropped_events": acct.event_drops,
-            "missed_switch_ins": acct.run_fixes, "program": meta.get("program") or NA}
+            "missed_switch_ins": acct.run_fixes, "closed_at_step": acct.closed_calls,
+            "program": meta.get("program") or NA}
 
 
 def _overhead(acct: Accounting, gpu: GpuView, wall_s: float, correction: dict) -> dict:

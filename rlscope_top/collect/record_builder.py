@@ -15,7 +15,8 @@ from ..vocab import CATEGORIES
 from .target import thread_name, thread_running
 
 META_PERIOD_S = 10.0    # late readers find a meta record within this
-_TIMELINE_KINDS = {M.EV_ENTER: "enter", M.EV_EXIT: "exit", M.EV_ON: "on", M.EV_OFF: "off", M.EV_NEW: "new"}
+_TIMELINE_KINDS = {M.EV_ENTER: "enter", M.EV_EXIT: "exit", M.EV_ON: "on", M.EV_OFF: "off", M.EV_NEW: "new",
+                   M.EV_CLOSE: "close"}
 
 
 class RecordBuilder:
@@ -74,6 +75,7 @@ class RecordBuilder:
                          self.budget.last_pct, ops=self._op_records(ops), procs=self.processes.records(per))
         rec["event_drops"] = self.probes.event_drops()
         rec["run_fixes"] = self.probes.run_fixes()
+        rec["closed_calls"] = self.probes.closed_calls()
         if ranges := self.probes.named_ranges():
             rec["ranges"] = ranges
         cost = self.cost.read()
