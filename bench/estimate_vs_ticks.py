@@ -19,13 +19,12 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-from real_rl import PROGRAMS, Steps, _calibrated  # noqa: E402
+from real_rl import PROGRAMS, _calibrated, training  # noqa: E402
 
 PY = sys.executable
 MISS_PP = 5.0        # issue 12's bound for default against exact; a departure past it is counted
@@ -44,35 +43,20 @@ def session_row(s: dict) -> dict:
 
 def run(key: str, sessions: int, seconds: float, record: str | None) -> list[dict]:
     """Start the program, warm it up, and attach ``sessions`` default sessions one after another."""
-    _name, argv = PROGRAMS[key]
     rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        steps = Steps(os.path.join(tmp, "steps"))
-        t = subprocess.Popen([PY, os.path.join(HERE, "workloads", "count_steps.py"), os.path.join(tmp, "steps"), *argv],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp)
-        try:
-            end = time.monotonic() + 120
-            while steps.now() < 2000 and time.monotonic() < end:
-                time.sleep(0.5)
-            if steps.now() < 2000:
-                raise RuntimeError(f"{key}: no training progress in 120 s")
-            time.sleep(5.0)
-            for i in range(sessions):
-                summary = os.path.join(tmp, f"s{i}.json")
-                extra = ["--record", os.path.join(record, f"{key}-{t.pid}-s{i}.rec")] if record else []
-                m = subprocess.run([PY, "-m", "rlscope_top.cli", "attach", str(t.pid), "--headless", "--duration",
-                                    str(seconds), "--summary", summary, "-q", *extra],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=tmp)
-                if m.returncode != 0:
-                    raise RuntimeError(f"rlscope-top exited {m.returncode}: {m.stderr[-800:]}")
-                with open(summary) as f:
-                    rows.append(session_row(json.load(f)))
-                print(json.dumps(rows[-1]), flush=True)
-                time.sleep(2.0)
-        finally:
-            steps.stop.set()
-            t.kill()
-            t.wait()
+    with training(key) as (t, _steps, tmp):
+        for i in range(sessions):
+            summary = os.path.join(tmp, f"s{i}.json")
+            extra = ["--record", os.path.join(record, f"{key}-{t.pid}-s{i}.rec")] if record else []
+            m = subprocess.run([PY, "-m", "rlscope_top.cli", "attach", str(t.pid), "--headless", "--duration",
+                                str(seconds), "--summary", summary, "-q", *extra],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=tmp)
+            if m.returncode != 0:
+                raise RuntimeError(f"rlscope-top exited {m.returncode}: {m.stderr[-800:]}")
+            with open(summary) as f:
+                rows.append(session_row(json.load(f)))
+            print(json.dumps(rows[-1]), flush=True)
+            time.sleep(2.0)
     return rows
 
 

@@ -18,6 +18,7 @@ usage: sudo .venv/bin/python bench/real_rl.py [--program tianshou|zoo|zoo_subpro
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import mmap
 import os
@@ -146,11 +147,10 @@ def _session(pid: int, steps: Steps, tmp: str, seconds: float, gap: float, extra
             "calibrated": s["overhead"].get("calibrated"), "sim_truth_pct": sim_truth}
 
 
-def run_program(key: str, sessions: int, seconds: float, gap: float, args: list[str] = (),
-                keep: str | None = None, exact: int = 1) -> list[dict]:
-    """Start the program once, attach ``sessions`` times by default and ``exact`` times exact
-    (spread among them: ``schedule``); each session's distance from exact mode is taken
-    against the exact sessions nearest it (``_nearest_exact``)."""
+@contextlib.contextmanager
+def training(key: str):
+    """One of PROGRAMS, run unchanged under the step counter, past its start-up: yields
+    (its process, its Steps, a scratch directory); killed on the way out."""
     name, argv = PROGRAMS[key]
     with tempfile.TemporaryDirectory() as tmp:
         counter = os.path.join(tmp, "steps")
@@ -164,12 +164,22 @@ def run_program(key: str, sessions: int, seconds: float, gap: float, args: list[
             if steps.now() < 2000:
                 raise RuntimeError(f"{name}: no training progress in 120 s")
             time.sleep(5.0)                              # past start-up (replay warm-up, first updates)
-            rows = [_session(t.pid, steps, tmp, seconds, gap, ["--max-overhead", "100"] if m == "exact" else list(args),
-                             i, keep) for i, m in enumerate(schedule(sessions, exact))]
+            yield t, steps, tmp
         finally:
             steps.stop.set()
             t.kill()
             t.wait()
+
+
+def run_program(key: str, sessions: int, seconds: float, gap: float, args: list[str] = (),
+                keep: str | None = None, exact: int = 1) -> list[dict]:
+    """Start the program once, attach ``sessions`` times by default and ``exact`` times exact
+    (spread among them: ``schedule``); each session's distance from exact mode is taken
+    against the exact sessions nearest it (``_nearest_exact``)."""
+    name = PROGRAMS[key][0]
+    with training(key) as (t, steps, tmp):
+        rows = [_session(t.pid, steps, tmp, seconds, gap, ["--max-overhead", "100"] if m == "exact" else list(args),
+                         i, keep) for i, m in enumerate(schedule(sessions, exact))]
     for r in rows:
         r["program"] = name
     for i, r in enumerate(rows):
