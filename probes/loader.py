@@ -390,21 +390,21 @@ class ProbeSet(MapAccess):
     def step_down_all(self, modes: dict[int, str], levers: list[str]) -> None:
         """Step categories down to these modes and stop these levers with one batch of detaches
         (each batch waits one grace period: ~50 ms here, while the traps still run)."""
-        parts, stepped = [], []
+        parts, stepped = [], set()
         for cat, mode in modes.items():
             while self.modes.get(cat, "timed") not in (mode, "off"):
                 parts += self._step_down(cat)[1]
-                stepped.append(cat)
+                stepped.add(cat)
         parts += [(a, part) for a in self.attached if a.spec.kind in ALWAYS_ON and a.spec.lever in levers
                   for part in list(a.parts)]
         once = {(a.id, part): (a, part) for a, part in parts}     # timed -> off names each exit twice
         self._detach_all(list(once.values()))
-        self._close_open_calls(set(stepped))
+        self._close_open_calls(stepped)
 
     def _close_open_calls(self, cats: set[int]) -> None:
         """Once a category's exits are gone, the calls still open in it are closed (bpf_program.c
         ``dgen``): one open across the step kept rl-zoo3 PPO's main thread in Backend for the
-        rest of the session (1 session in 30: Backend 7.9 pp over its ticks' share)."""
+        rest of the session (3 sessions in 30: Backend 7.9-11.3 pp over its ticks' share)."""
         if not cats:
             return
         g = self.bpf["dgen"][ct.c_int(0)]

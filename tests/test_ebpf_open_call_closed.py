@@ -3,9 +3,9 @@
 
 A uretprobe's pending return runs no handler once it is unregistered, so a call that was open
 at the step never saw its exit: its depth held the thread in the category to the end of the
-session. On rl-zoo3 PPO (1 default session in 30) the main thread read Backend 7.9 pp above
-its own ticks' share, all of it from 16 s on, where the raw counters charged every ns to
-Backend and none to Python.
+session. On rl-zoo3 PPO (3 default sessions in 30) the main thread read Backend 7.9-11.3 pp
+above its own ticks' share; in the first, all of it from 16 s on, where the raw counters
+charged every ns to Backend and none to Python.
 
 The known answer: one 1.3 s native call (simlib's ``sim_step``, timed by its own clock reads),
 stepped down 0.4 s into it, then pure Python. The Simulator time is the call's until the step
@@ -16,7 +16,6 @@ call, and the Python after it, are Python.
 from __future__ import annotations
 
 import ctypes as ct
-import os
 import sys
 import time
 
@@ -25,8 +24,8 @@ import pytest
 from support import TARGETS
 
 from rlscope_top.account.engine import Engine
+from rlscope_top.collect.record_builder import _TIMELINE_KINDS
 from rlscope_top.probes import catalog
-from rlscope_top.probes import maps as M
 from rlscope_top.probes.loader import ProbeSet
 
 CALL_S = 1.3
@@ -36,10 +35,9 @@ PY, SIM = catalog.CAT_PY, catalog.CAT_SIM
 
 
 def _timeline(ps: ProbeSet, tid: int) -> list[tuple]:
-    return [(ts, M_KIND[k], cat) for k, ts, t, _name, cat in ps.events(None) if t == tid and k in M_KIND]
-
-
-M_KIND = {M.EV_ENTER: "enter", M.EV_EXIT: "exit", M.EV_ON: "on", M.EV_OFF: "off", M.EV_CLOSE: "close"}
+    """The thread's timeline events, named as the record builder names them for the engine."""
+    return [(ts, _TIMELINE_KINDS[k], cat) for k, ts, t, _name, cat in ps.events(None)
+            if t == tid and k in _TIMELINE_KINDS]
 
 
 @pytest.mark.parametrize("mode", ["off", "count"])
