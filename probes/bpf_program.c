@@ -958,10 +958,13 @@ static __always_inline void op_tick(struct tstate *s) {
 #define TICK_NS 4000000            // the CPU-clock tick's period (loader.py TICK_HZ, 250)
 
 // A tick runs in the context of the thread it interrupts, so that thread is on a CPU. Where
-// the books still hold it off-CPU, sched_switch did not show its switch-in (on rl-zoo3 PPO,
-// 2026-12-02: 0.3-0.8 s stretches of a running thread's time, ticking at 250 Hz with no switch,
-// charged as blocked). It has run for at most about a tick period since: a tick before that
-// would have found it. The rest stays off-CPU, as the switch-in would have charged it.
+// the books still hold it off-CPU, sched_switch did not show its switch-in: on the firecracker
+// VMs here it never fires for a switch away from the host agent's threads (PID 1's tokio
+// workers), so a thread they preempted is never seen coming back (docs/accuracy.md, "Whose
+// switch-ins go missing"; unrepaired, rl-zoo3 PPO read 0.3-0.8 s stretches charged as blocked).
+// It has run for at most about a tick period since: a tick before that would have found it.
+// The rest stays off-CPU, as the switch-in would have charged it. The agent's slice (~1 ms)
+// is charged on-CPU with it.
 static __always_inline void tick_on_cpu(struct tstate *s, u64 now) {
     if (s->run != RUN_OFF)
         return;

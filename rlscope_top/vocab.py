@@ -23,6 +23,7 @@ NONE_OP = "<none>"        # time in no operation
 
 NA = None                 # the one "not available" value: JSON null ...
 NA_TEXT = "n/a"           # ... shown as this
+STEAL_SHOWN_PCT = 1.0     # hypervisor steal shown from here (summary line, header): below, within the figures' error
 
 
 def fmt(value, spec: str = ",.3f", suffix: str = "") -> str:

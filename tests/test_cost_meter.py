@@ -34,3 +34,30 @@ def test_the_stretch_starts_at_the_command_when_noted_early_and_only_once():
     again = C.CostMeter(os.getpid())
     again.before_attach()
     assert again._pre[0] > early[0]
+
+
+def _proc_stat_s() -> tuple[float, float]:
+    """(steal, all but guest) CPU seconds from /proc/stat's first line, read here directly."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    hz = os.sysconf("SC_CLK_TCK")
+    guest = sum(v[8:10])
+    return v[7] / hz, (sum(v) - guest) / hz
+
+
+def test_steal_is_the_kernels_own_figure_and_inside_the_whole():
+    before = _proc_stat_s()
+    idle, busy, steal, whole = C._machine_s()
+    after = _proc_stat_s()
+    assert before[0] - 0.02 <= steal <= after[0] + 0.02, (before, steal, after)
+    assert before[1] - 0.02 <= whole <= after[1] + 0.02, (before, whole, after)
+    assert idle + busy + steal == pytest.approx(whole)
+
+
+def test_a_reading_carries_the_steal_and_whole_cpu_time_since_begin(monkeypatch):
+    seq = iter([(100.0, 50.0, 3.0, 153.0), (110.0, 56.0, 3.5, 169.5)])     # idle, busy, steal, whole
+    monkeypatch.setattr(C, "_machine_s", lambda: next(seq))
+    m = C.CostMeter(os.getpid())
+    m.begin()
+    r = m.read()
+    assert (r["idle_cpu_s"], r["busy_cpu_s"], r["steal_cpu_s"], r["all_cpu_s"]) == (10.0, 6.0, 0.5, 16.5)

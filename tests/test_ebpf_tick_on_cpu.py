@@ -3,7 +3,9 @@
 On rl-zoo3 PPO a running thread's time was charged as blocked for 0.3-0.8 s at a stretch:
 it ticked at 250 Hz with no context switch while the books held it off-CPU, which the
 default mode's estimate then gave to Python (docs/accuracy.md, 2026-12-02, stop 60). The
-known answer here: a thread that only spins is on a CPU all the time. The test puts the
+switch-ins go missing where the VM's own agent (PID 1's tokio workers) preempted the thread:
+sched_switch never fires for a switch away from those workers (docs/accuracy.md, "Whose
+switch-ins go missing"). The known answer here: a thread that only spins is on a CPU all the time. The test puts the
 kernel's books for it in the off-CPU state 7 times, as a missed switch-in leaves them; each
 time the next tick that interrupts it must set them right, having charged at most one tick
 period to off-CPU.

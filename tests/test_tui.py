@@ -94,6 +94,21 @@ async def test_header_names_probes_priced_from_their_traps(tmp_path):
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("steal, all_cpu, shown", [(0.5, 10.0, "steal 5.0%"), (0.05, 10.0, None)])
+async def test_header_shows_hypervisor_steal_from_one_percent(tmp_path, steal, all_cpu, shown):
+    recs = stream()
+    for r in recs:              # the cost meter's readings grow from the first counters to the last
+        if r["t"] == "ctr":
+            r["cost"] = {"target_sys_s": 0.0, "target_cpu_s": 0.0, "base_sys_per_s": 0.0, "monitor_cpu_s": 0.0,
+                         "idle_cpu_s": 0.0, "busy_cpu_s": 0.0, "steal_cpu_s": steal, "all_cpu_s": all_cpu}
+    app = _app(write_ring(str(tmp_path / "ring-steal.bin"), recs), tmp_path)
+    async with app.run_test(size=(220, 40)) as pilot:
+        await pilot.pause()
+        header = str(app.query_one("#header").render())
+        assert (shown in header) if shown else ("steal" not in header), header
+
+
+@pytest.mark.anyio
 async def test_sort_key_cycles_the_threads_table(ring, tmp_path):
     app = _app(ring, tmp_path)
     order = []

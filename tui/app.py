@@ -13,7 +13,7 @@ from textual.screen import ModalScreen
 from textual.widgets import DataTable, Footer, Static
 
 from rlscope_top.report.view import ViewModel
-from rlscope_top.vocab import CATEGORIES, LABELS, NA_TEXT, fmt
+from rlscope_top.vocab import CATEGORIES, LABELS, NA_TEXT, STEAL_SHOWN_PCT, fmt
 
 # Okabe-Ito colours (distinguishable with colour-blindness) plus a glyph per category,
 # so the stacked bar reads without colour too.
@@ -283,7 +283,7 @@ class RlscopeApp(App):
                  f"up {s['uptime_s']:.0f}s  probes: {', '.join(s['groups']) or 'none yet'}  modes: {modes}  "
                  f"overhead {s['overhead_pct']:.1f}% (now {s['overhead_now_pct']:.1f}%)"
                  f"{'' if s['calibrated'] else ' (uncalibrated)'}{_priced_up(s.get('priced_up'))}  "
-                 f"drops {s['dropped']}{'  [paused]' if self.paused else ''}")
+                 f"drops {s['dropped']}{_steal(s.get('steal_pct'))}{'  [paused]' if self.paused else ''}")
         self.query_one("#header", Static).update(Text.assemble(line1, "\n", line2))
 
     def _banner_for(self, s: dict) -> None:
@@ -465,6 +465,12 @@ class RlscopeApp(App):
 
 
 __all__ = ["RlscopeApp", "LABELS", "stacked_bar", "spark"]
+
+
+def _steal(pct: float | None) -> str:
+    """The hypervisor's share of the CPUs, where it is large enough to move the figures (as the
+    summary's line)."""
+    return f"  steal {pct:.1f}%" if pct is not None and pct >= STEAL_SHOWN_PCT else ""
 
 
 def _priced_up(labels: list | None) -> str:

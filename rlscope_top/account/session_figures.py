@@ -313,6 +313,7 @@ def figures(acct: Accounting, gpu: GpuView | None = None) -> dict:
         "ranges": {n: {"count": r.count, "total_s": _s(r.total_ns)} for n, r in sorted(acct.ranges.items())},
         "probes": _probes(acct),
         "overhead": _overhead(acct, gpu, wall_s, correction),
+        "machine": machine(acct.cost),
         "budget": _budget(acct),
         "sampler": _sampler(acct, wall_s),
         "timeline": _timeline(acct),
@@ -325,6 +326,21 @@ def figures(acct: Accounting, gpu: GpuView | None = None) -> dict:
     place_gpu(doc, gpu, acct.python_busy() if gpu.raw is not None else None)   # gpu_s, overlap_s, `gpu`
     _hide_unknown(doc)
     return doc
+
+
+def machine(cost: dict | None) -> dict:
+    """The summary's ``machine``: the share of all CPUs' time over the window that the
+    hypervisor gave to another guest while this VM had work there (``steal`` in /proc/stat).
+    A thread's on-CPU time includes what was stolen from it: the kernel sees it as running.
+
+    Args:
+        cost: the cost meter's figures (rlscope_top/collect/cost_meter.py), or None.
+    """
+    whole = (cost or {}).get("all_cpu_s")
+    if not whole:
+        return {"steal_pct": NA, "steal_cpu_s": NA}
+    steal = cost.get("steal_cpu_s") or 0.0
+    return {"steal_pct": round(100 * steal / whole, 3), "steal_cpu_s": round(steal, 4)}
 
 
 def _probes(acct: Accounting) -> dict:

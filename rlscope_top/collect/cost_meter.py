@@ -44,7 +44,7 @@ class CostMeter:
     def __init__(self, pid: int):
         self._proc = _process(pid)
         self._pre: tuple[float, float] | None = None
-        self._start: tuple[float, ...] | None = None   # target sys, target cpu, monitor cpu, idle, busy
+        self._start: tuple[float, ...] | None = None   # target sys, target cpu, monitor cpu, idle, busy, steal, all
         self.base_sys_per_s: float | None = None
         self._last: dict | None = None
 
@@ -78,18 +78,19 @@ class CostMeter:
         self._start = (*cpu, time.process_time(), *_machine_s())
 
     def read(self) -> dict | None:
-        """{target_sys_s, target_cpu_s, base_sys_per_s, monitor_cpu_s, idle_cpu_s, busy_cpu_s}
-        since begin(), or None before it. A target that is gone keeps its last reading."""
+        """{target_sys_s, target_cpu_s, base_sys_per_s, monitor_cpu_s, idle_cpu_s, busy_cpu_s,
+        steal_cpu_s, all_cpu_s} since begin(), or None before it. A target that is gone keeps its last reading."""
         if self._start is None:
             return None
         cpu = self._target_cpu()
         if cpu is None:
             return self._last
-        s0, c0, m0, i0, b0 = self._start
-        idle, busy = _machine_s()
+        s0, c0, m0, i0, b0, st0, a0 = self._start
+        idle, busy, steal, whole = _machine_s()
         self._last = {"target_sys_s": round(max(0.0, cpu[0] - s0), 4), "target_cpu_s": round(max(0.0, cpu[1] - c0), 4),
                       "base_sys_per_s": self.base_sys_per_s, "monitor_cpu_s": round(time.process_time() - m0, 4),
-                      "idle_cpu_s": round(idle - i0, 4), "busy_cpu_s": round(busy - b0, 4)}
+                      "idle_cpu_s": round(idle - i0, 4), "busy_cpu_s": round(busy - b0, 4),
+                      "steal_cpu_s": round(max(0.0, steal - st0), 4), "all_cpu_s": round(max(0.0, whole - a0), 4)}
         return self._last
 
     def _lifetime_sys_rate(self, sys_s: float) -> float | None:
@@ -117,10 +118,12 @@ def _process(pid: int) -> psutil.Process | None:
         return None
 
 
-def _machine_s() -> tuple[float, float]:
-    """The machine's idle and busy CPU time, all CPUs (iowait is idle: a waiting CPU runs nothing)."""
+def _machine_s() -> tuple[float, float, float, float]:
+    """The machine's idle, busy, stolen and whole CPU time, all CPUs (iowait is idle: a waiting
+    CPU runs nothing; steal: the hypervisor ran another guest on a CPU this VM had work for)."""
     c = psutil.cpu_times()
     idle = c.idle + getattr(c, "iowait", 0.0)
-    # guest time is inside user time already; steal is the hypervisor's, run by nobody here
-    skip = sum(getattr(c, k, 0.0) for k in ("guest", "guest_nice", "steal"))
-    return idle, sum(c) - idle - skip
+    steal = getattr(c, "steal", 0.0)
+    guest = sum(getattr(c, k, 0.0) for k in ("guest", "guest_nice"))     # inside user time already
+    whole = sum(c) - guest
+    return idle, whole - idle - steal, steal, whole

@@ -18,7 +18,7 @@ from ..account.session_figures import figures
 from ..ring.records import pid_label
 from ..errors import UnsafePath
 from ..safe_files import root_only_dir, write_output
-from ..vocab import ALL_OP, CATEGORIES, NA, NA_TEXT, fmt
+from ..vocab import ALL_OP, CATEGORIES, NA, NA_TEXT, STEAL_SHOWN_PCT, fmt
 
 SCHEMA = "rlscope-top.summary/1"
 MAX_PROCESS_ROWS = 12     # the printed processes table; the rest of the exited ones fold into a row
@@ -147,6 +147,8 @@ def render(summary: dict, console: Console | None = None) -> None:
     console.print(f"probe hits {oh['probe_hits']:,}  estimated overhead {oh['estimated_s']:.3f}s"
                   f" ({'n/a' if pct is None else f'{pct:.2f}%'} of wall time){_over_budget(summary)}{_raised(oh)}  ring drops {summary['ring']['dropped']}",
                   soft_wrap=True)
+    if steal := steal_text(summary):
+        console.print(steal, soft_wrap=True)
     _render_job(summary, console)
     fw_line = FW.render_line(summary)
     if fw_line:
@@ -161,6 +163,16 @@ def render(summary: dict, console: Console | None = None) -> None:
         until += f"  ({lost:,} events lost: the monitor fell behind; counts are low)" if lost else ""
         console.print("ranges  " + "  ".join(f"{n} x{r['count']} {r['total_s']:.3f}s" for n, r in top) + until,
                       soft_wrap=True)
+
+
+def steal_text(summary: dict) -> str | None:
+    """One line when the hypervisor took a noticeable share of the CPUs (``machine.steal_pct``),
+    or None."""
+    pct = (summary.get("machine") or {}).get("steal_pct")
+    if pct is None or pct < STEAL_SHOWN_PCT:
+        return None
+    return (f"host steal {pct:.1f}% of the CPUs' time: the hypervisor ran other guests while this VM had work; "
+            "on-CPU times include what it took")
 
 
 def _calls_cell(summary: dict, c: str) -> str:

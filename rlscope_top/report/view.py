@@ -185,7 +185,7 @@ class ViewModel:
             "priced_up": sorted(((s["overhead"].get("measured_prices") or {}).get("raised") or {})),
             # the session's self-reported overhead (as the summary has it) and the latest window's
             "overhead_pct": s["overhead"]["estimated_pct"] or 0.0, "overhead_now_pct": self.books.cpu.live_overhead_pct,
-            "dropped": self.reader.dropped,
+            "dropped": self.reader.dropped, "steal_pct": s["machine"]["steal_pct"],
             "end_reason": s["end_reason"], "ended": self.books.cpu.end_reason is not None,
             "categories": [{"name": c, "label": LABELS[c], "seconds": cat[c], "share": cat_shares[c],
                             "calls": _calls(cat, c, est, s["calls"]), "source": _source(s, c),
