@@ -18,7 +18,7 @@ from . import catalog
 from .catalog import ALWAYS_ON, ENTER, EXIT, PAIR, RANGE_END, ProbeSpec
 from . import frameworks as fw
 from . import bpf_cache, uprobe_multi
-from .maps import MapAccess, descendants, mapped_files, task_ids
+from .maps import MapAccess, ancestors, descendants, mapped_files, task_ids
 from .program import capture_output, compiler_reason, first_line, generic_fn, low_priority, program_text
 from . import elf_symbols, proc_maps, symbols
 from .symbols import resolve as resolve_symbol, target_file
@@ -195,11 +195,14 @@ class ProbeSet(MapAccess):
     def _seed_order(self):
         """The roots, each followed by its descendants (when following children). The monitor
         is never one: where it runs below a root (a launcher script that attaches to itself),
-        its own process, austin and anything else it started stay out of the counts."""
+        its own process, austin and anything else it started stay out of the counts. Nor is
+        a process between a root and the monitor, or what it started (`attach 1`: the shell
+        the monitor runs in, its other commands)."""
+        mine = frozenset({os.getpid(), *ancestors(os.getpid())} - set(self.roots))
         for root in self.roots:
             yield root
             if self.children:
-                yield from descendants(root, prune=frozenset({os.getpid()}))
+                yield from descendants(root, prune=mine)
 
     def pids(self) -> list[int]:
         """The processes counted now: the roots and, with children, what the kernel added."""

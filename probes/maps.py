@@ -379,6 +379,20 @@ def task_ids(pid: int) -> list[int]:
         return []
 
 
+def ancestors(pid: int) -> list[int]:
+    """A process's parent, its parent and so on up to init (PID 1, left out)."""
+    out = []
+    while pid > 1 and len(out) < 4096:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                pid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+        if pid > 1:
+            out.append(pid)
+    return out
+
+
 def descendants(pid: int, prune: frozenset[int] = frozenset()) -> list[int]:
     """A process's children, their children and so on, parents first (empty if it is gone);
     the processes in ``prune`` and what they forked are left out."""

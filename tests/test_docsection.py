@@ -23,14 +23,13 @@ def test_the_notes_below_the_keep_line_survive_a_rewrite(tmp_path):
     assert text.count(KEEP) == 1 and text.count("What changed") == 1 and "newer table" in text
 
 
-def test_a_section_without_the_line_keeps_its_prose_and_a_new_one_goes_last(tmp_path):
+def test_a_section_without_the_line_is_replaced_whole_and_a_new_one_goes_last(tmp_path):
     doc = tmp_path / "d.md"
-    doc.write_text("# T\n\n## A\n\n| old | table |\n|---|---|\n\nold notes\n\n## B\n\nother\n")
-    replace_section(str(doc), "## A", ["| new | table |"])
+    doc.write_text("# T\n\n## A\n\nold table\n\nNot run yet.\n\n## B\n\nother\n")
+    replace_section(str(doc), "## A", ["new table"])
     replace_section(str(doc), "## C", ["c table"])
     text = doc.read_text()
-    assert "| old | table |" not in text and "other" in text
-    assert text.index(KEEP) < text.index(MOVED) < text.index("old notes") < text.index("## B")
+    assert "Not run yet." not in text and "old table" not in text and MOVED not in text and "other" in text
     assert text.index("## A") < text.index("## B") < text.index("## C") and text.rstrip().endswith(KEEP)
 
 

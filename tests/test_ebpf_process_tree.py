@@ -177,3 +177,20 @@ def test_the_monitor_below_its_target_is_not_counted(ebpf, spawn, tmp_path):
     child = [p for p in s["processes"] if p["python"] and p["pid"] != sh.pid]
     assert len(child) == 1 and child[0]["totals"]["on_cpu_s"] > 2.0, s["processes"]
     assert s["job"]["threads"]["python"] == 1, s["job"]
+
+
+def test_what_runs_between_the_target_and_the_monitor_is_not_followed(ebpf, spawn, tmp_path):
+    """`attach 1`, or a launcher whose subshell runs the monitor: the shells between the target
+    and the monitor, and their other commands, are the monitor's side of the tree, not the job."""
+    summary = tmp_path / "s.json"
+    loop = "import time\nt = time.monotonic()\nwhile time.monotonic() - t < 30: sum(range(1000))"
+    sh = spawn(["bash", "-c", f"{sys.executable} -c '{loop}' & "
+                              f"( sleep 29 & {' '.join(CLI)} attach $$ --headless --duration 3 --summary {summary}; "
+                              "kill %1 ); kill %1"], cwd=str(REPO))
+    assert sh.finish(timeout=240) == 0, sh.err
+    s = load_summary(summary)
+    cmds = {p["pid"]: p["command"] for p in s["processes"]}
+    assert not [c for pid, c in cmds.items() if pid != sh.pid and ("sleep 29" in c or "rlscope_top" in c)], cmds
+    child = [p for p in s["processes"] if p["python"] and p["pid"] != sh.pid]
+    assert len(child) == 1 and child[0]["totals"]["on_cpu_s"] > 2.0, s["processes"]
+    assert len(cmds) == 2, cmds          # the launcher and its Python child, not the subshell

@@ -5,10 +5,11 @@ it ticked at 250 Hz with no context switch while the books held it off-CPU, whic
 default mode's estimate then gave to Python (docs/accuracy.md, 2026-12-02, stop 60). The
 switch-ins go missing where the VM's own agent (PID 1's tokio workers) preempted the thread:
 sched_switch never fires for a switch away from those workers (docs/accuracy.md, "Whose
-switch-ins go missing"). The known answer here: a thread that only spins is on a CPU all the time. The test puts the
-kernel's books for it in the off-CPU state 7 times, as a missed switch-in leaves them; each
-time the next tick that interrupts it must set them right, having charged at most one tick
-period to off-CPU.
+switch-ins go missing"). The known answer here: a thread that only spins is on a CPU whenever
+the scheduler does not hold it off (its run time in /proc/PID/schedstat; on a busy machine it
+is preempted too). The test puts the kernel's books for it in the off-CPU state 7 times, as a
+missed switch-in leaves them; each time the next tick that interrupts it must set them right,
+having charged at most one tick period to off-CPU beyond the time it really waited.
 """
 
 from __future__ import annotations
@@ -37,6 +38,12 @@ def _on_off(th, now: int) -> tuple[int, int]:
     return (on + pending, off) if th.run != RUN_OFF else (on, off + pending)
 
 
+def _ran_ns(pid: int) -> int:
+    """ns the process's only thread has run on a CPU (/proc/PID/schedstat, the scheduler's clock)."""
+    with open(f"/proc/{pid}/schedstat") as f:
+        return int(f.read().split()[0])
+
+
 def _switch_out_unseen_in(ps: ProbeSet, tid: int) -> None:
     """The books as a switch-out now leaves them, whose switch-in is never seen."""
     th = _books(ps, tid)
@@ -57,12 +64,12 @@ def test_a_tick_sets_right_a_running_thread_the_books_hold_off_cpu(ebpf):
         ps.start()
         assert ps.tick_hz == 250
         time.sleep(0.3)
-        t0 = time.monotonic_ns()
+        t0, run0 = time.monotonic_ns(), _ran_ns(p.pid)
         on0, off0 = _on_off(_books(ps, p.pid), t0)
         for _ in range(INJECTIONS):
             _switch_out_unseen_in(ps, p.pid)
             time.sleep(0.05)
-        t1 = time.monotonic_ns()
+        t1, run1 = time.monotonic_ns(), _ran_ns(p.pid)
         on1, off1 = _on_off(_books(ps, p.pid), t1)
         fixes = ps.run_fixes()
     finally:
@@ -71,10 +78,15 @@ def test_a_tick_sets_right_a_running_thread_the_books_hold_off_cpu(ebpf):
         p.kill()
         p.wait()
     span, on, off = t1 - t0, on1 - on0, off1 - off0
-    print(f"span {span / 1e6:.0f} ms: on {on / 1e6:.1f} ms, off {off / 1e6:.1f} ms, {fixes} repairs")
+    ran = run1 - run0            # the kernel's own figure: on a busy machine the spinner is preempted too
+    print(f"span {span / 1e6:.0f} ms: on {on / 1e6:.1f} ms, off {off / 1e6:.1f} ms (ran {ran / 1e6:.1f} ms), "
+          f"{fixes} repairs")
     # each one a tick's repair, or a switch's where one came first (or twice: a tick between
     # this test's read of the books and its write back)
     assert fixes >= 1, fixes
-    # at most one tick period (4 ms) off each time, plus the real preemptions of a busy 2-core VM
-    assert off < INJECTIONS * 4e6 + 0.05 * span, (on, off, span)
-    assert on > 0.85 * span, (on, off, span)
+    assert ran > 0.3 * span, ("the machine is too busy for the spinner to run", ran, span)
+    # at most one tick period (4 ms) off each time beyond the time it really waited; unrepaired,
+    # all of the 0.35 s from the first injection on reads off-CPU
+    slack = INJECTIONS * 4e6 + 0.02 * span
+    assert off < (span - ran) + slack, (on, off, ran, span)
+    assert on > ran - slack, (on, off, ran, span)

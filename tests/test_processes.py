@@ -218,6 +218,30 @@ def test_a_child_gone_before_it_is_read_keeps_its_parents_program():
             os.waitpid(k, 0)
 
 
+def test_a_live_target_whose_program_cannot_be_read_is_not_python(monkeypatch):
+    """`attach 1` on a VM whose init guards its executable and maps even from root: a live
+    target that cannot be told to run Python is not counted as Python (its main thread read
+    Python 100%), and one note says why. A child that cannot be read still runs its parent's."""
+    import os  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+
+    from rlscope_top.collect import processes as PR  # noqa: PLC0415
+
+    monkeypatch.setattr(PR, "_runs_python", lambda pid, linked_in=False: None)     # Permission denied
+    kid = subprocess.Popen(["sleep", "5"])
+    try:
+        notes = []
+        procs = PR.Processes((os.getpid(),), note=lambda level, msg: notes.append(msg))
+        procs.refresh([os.getpid(), kid.pid])
+        assert procs.known[os.getpid()]["python"] is False, procs.known
+        assert procs.known[kid.pid]["python"] is False       # its parent's program, as the root reads
+        said = [n for n in notes if "cannot be read" in n]
+        assert len(said) == 1 and said[0].startswith(f"PID {os.getpid()} (") and "not known to run Python" in said[0]
+    finally:
+        kid.kill()
+        kid.wait()
+
+
 def test_native_children_are_noted_a_few_times_then_once():
     """A training loop that runs a native command each step (`nvidia-smi`, `git`): the first
     FOLLOW_NOTES children that do not run Python are named, then one note covers the rest."""

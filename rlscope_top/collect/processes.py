@@ -111,6 +111,11 @@ class Processes:
             p["cmd"] = cmd
         root = pid in self.roots
         py = _runs_python(pid, linked_in=root)
+        if py is None and first and root and is_alive(pid):    # alive, but its executable and maps unreadable
+            py = False
+            self._note("info", f"PID {pid} ({_short(p['cmd'])}): its executable and memory map cannot be read "
+                               "(a protected process): not known to run Python, its threads count as native time")
+            self._said.add(pid)
         if py is None:                   # gone: what it ran when last read; never read: a fork runs its parent's
             # program, or (its parent unknown too) a launcher's children are mostly not Python (sleep, touch)
             like = self.info.get(p["ppid"]) or self.info.get(self.roots[0] if self.roots else -1) or {}
