@@ -124,12 +124,24 @@ def test_target_without_known_libraries_still_gets_python_time(ebpf, target, tmp
     out = tmp_path / "s.json"
     p = run_cli("attach", str(t.pid), "--duration", "2", "--summary", str(out))
     assert p.returncode == 0, p.stderr
-    assert "maps none of the known libraries" in p.stderr
+    assert "maps none of the known libraries" in p.stderr and "counting Python and on/off-CPU time" in p.stderr
     s = load_summary(out)
     assert s["totals"]["python_s"] > 1.5
     assert s["totals"]["on_cpu_s"] > 0 and s["totals"]["off_cpu_s"] > 0
     assert s["totals"]["backend_s"] is None and s["sources"]["backend_s"] == "unavailable"
     assert t.p.poll() is None
+
+
+def test_a_native_target_without_known_libraries_is_not_said_to_count_python(ebpf, spawn, tmp_path):
+    sleeper = spawn(["sleep", "30"])
+    out = tmp_path / "s.json"
+    p = run_cli("attach", str(sleeper.pid), "--duration", "1", "--summary", str(out))
+    assert p.returncode == 0, p.stderr
+    line = next(ln for ln in p.stderr.splitlines() if "maps none of the known libraries" in ln)
+    assert "counting on/off-CPU time only" in line and "Python" not in line, line
+    assert "does not run Python" in p.stderr
+    s = load_summary(out)
+    assert not [t for t in s["threads"] if t["python_thread"]], s["threads"]
 
 
 @pytest.mark.parametrize("args,words", [

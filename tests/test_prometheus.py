@@ -26,7 +26,7 @@ DOC = {"pid": 23, "totals": {"wall_s": 2.0, "python_s": 1.0, "simulator_s": 0.75
        "calls": {"simulator": 1009, "backend": 23, "cuda_api": None},
        "transitions": {"python->simulator": 1009, "python->backend": 23, "python->cuda_api": None},
        "operations": {"collect": {"python_s": 0.5, "simulator_s": 0.75, "backend_s": None}},
-       "overhead": {"estimated_pct": 1.5}}
+       "overhead": {"estimated_pct": 1.5}, "machine": {"steal_pct": 2.5, "steal_cpu_s": 0.1}}
 
 
 def _samples(metrics: P.SessionMetrics) -> dict:
@@ -76,9 +76,12 @@ def test_metrics_follow_the_summary_document():
     assert got[("rlscope_operation_seconds_total", (("category", "simulator"), ("operation", "collect")))][0] == 0.75
     assert got[("rlscope_wall_seconds_total", ())][0] == 2.0
     assert got[("rlscope_overhead_ratio", ())][0] == pytest.approx(0.015)
+    assert got[("rlscope_host_steal_ratio", ())][0] == pytest.approx(0.025)
     # what the machine cannot give is absent, never a zero
     assert ("rlscope_category_seconds_total", (("category", "cuda_api"),)) not in got
     assert not any(name.startswith("rlscope_gpu") for name, _ in got)
+    m.publish({**DOC, "machine": {"steal_pct": None, "steal_cpu_s": None}})
+    assert not any(name == "rlscope_host_steal_ratio" for name, _ in _samples(m))
     labels = got[("rlscope_wall_seconds_total", ())][1]
     assert labels["pid"] == "23" and labels["role"] == "learner" and labels["host"] == socket.gethostname()
 

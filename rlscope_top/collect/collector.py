@@ -147,8 +147,10 @@ class Collector(OperationSources, BudgetLoop, RecordBuilder):
         calibration, a build that lacks a symbol."""
         missing = [g for g in ("torch", "cudart", "mujoco") if g not in self.probes.groups]
         if not self.probes.groups:
+            py = self.processes.known.get(self.pid, {}).get("python", True)
             self.note("warn", f"PID {self.pid} maps none of the known libraries ({', '.join(catalog.groups())}): "
-                               "counting Python and on/off-CPU time only; probes attach if one is loaded later")
+                               f"counting {'Python and ' if py else ''}on/off-CPU time only; probes attach if one "
+                               "is loaded later")
         elif missing:
             self.note("info", "not loaded (yet): " + ", ".join(missing))
         if self.probes.calibration.problem:

@@ -86,6 +86,12 @@ class SessionMetrics:
                                "(fraction of its wall time)", labels=base)
         oh.add_metric(ids, ((doc.get("overhead") or {}).get("estimated_pct") or 0.0) / 100)
         yield oh
+        steal = (doc.get("machine") or {}).get("steal_pct")
+        if steal is not None:          # n/a: no series, never a zero
+            st = GaugeMetricFamily("rlscope_host_steal_ratio", "Share of all CPUs' time the hypervisor gave to "
+                                   "other guests over the session (on-CPU times include it)", labels=base)
+            st.add_metric(ids, steal / 100)
+            yield st
 
     @staticmethod
     def _operations(doc: dict, base: list, ids: list):
