@@ -162,35 +162,34 @@ def test_a_launcher_script_counts_as_native_and_its_python_child_is_sampled(ebpf
     assert s["operations"]["work"]["wall_s"] == pytest.approx(want["work_s"], rel=0.10), (s["operations"], want)
 
 
+def _launcher_attaching_itself(spawn, tmp_path, monitor_line: str) -> tuple[int, dict]:
+    """A bash launcher that starts a 30 s Python loop in the background, then runs
+    ``monitor_line`` (``{attach}`` in it: the monitor attached to the launcher itself, 3 s).
+    Returns the launcher's pid and the summary, having checked its one Python child ran."""
+    summary = tmp_path / "s.json"
+    loop = "import time\nt = time.monotonic()\nwhile time.monotonic() - t < 30: sum(range(1000))"
+    attach = f"{' '.join(CLI)} attach $$ --headless --duration 3 --summary {summary}"
+    sh = spawn(["bash", "-c", f"{sys.executable} -c '{loop}' & {monitor_line.format(attach=attach)}"], cwd=str(REPO))
+    assert sh.finish(timeout=240) == 0, sh.err
+    s = load_summary(summary)
+    child = [p for p in s["processes"] if p["python"] and p["pid"] != sh.pid]
+    assert len(child) == 1 and child[0]["totals"]["on_cpu_s"] > 2.0, s["processes"]
+    return sh.pid, s
+
+
 def test_the_monitor_below_its_target_is_not_counted(ebpf, spawn, tmp_path):
     """A launcher that attaches to itself (`rlscope-top attach $$` inside train.sh) has the
     monitor in its tree: the monitor, and the processes it starts, are never followed."""
-    summary = tmp_path / "s.json"
-    loop = "import time\nt = time.monotonic()\nwhile time.monotonic() - t < 30: sum(range(1000))"
-    sh = spawn(["bash", "-c", f"{sys.executable} -c '{loop}' & "
-                              f"{' '.join(CLI)} attach $$ --headless --duration 3 --summary {summary}; kill %1"],
-               cwd=str(REPO))
-    assert sh.finish(timeout=240) == 0, sh.err
-    s = load_summary(summary)
+    root, s = _launcher_attaching_itself(spawn, tmp_path, "{attach}; kill %1")
     cmds = {p["pid"]: p["command"] for p in s["processes"]}
-    assert not [c for pid, c in cmds.items() if pid != sh.pid and ("rlscope_top" in c or "austin" in c)], cmds
-    child = [p for p in s["processes"] if p["python"] and p["pid"] != sh.pid]
-    assert len(child) == 1 and child[0]["totals"]["on_cpu_s"] > 2.0, s["processes"]
+    assert not [c for pid, c in cmds.items() if pid != root and ("rlscope_top" in c or "austin" in c)], cmds
     assert s["job"]["threads"]["python"] == 1, s["job"]
 
 
 def test_what_runs_between_the_target_and_the_monitor_is_not_followed(ebpf, spawn, tmp_path):
     """`attach 1`, or a launcher whose subshell runs the monitor: the shells between the target
     and the monitor, and their other commands, are the monitor's side of the tree, not the job."""
-    summary = tmp_path / "s.json"
-    loop = "import time\nt = time.monotonic()\nwhile time.monotonic() - t < 30: sum(range(1000))"
-    sh = spawn(["bash", "-c", f"{sys.executable} -c '{loop}' & "
-                              f"( sleep 29 & {' '.join(CLI)} attach $$ --headless --duration 3 --summary {summary}; "
-                              "kill %1 ); kill %1"], cwd=str(REPO))
-    assert sh.finish(timeout=240) == 0, sh.err
-    s = load_summary(summary)
+    root, s = _launcher_attaching_itself(spawn, tmp_path, "( sleep 29 & {attach}; kill %1 ); kill %1")
     cmds = {p["pid"]: p["command"] for p in s["processes"]}
-    assert not [c for pid, c in cmds.items() if pid != sh.pid and ("sleep 29" in c or "rlscope_top" in c)], cmds
-    child = [p for p in s["processes"] if p["python"] and p["pid"] != sh.pid]
-    assert len(child) == 1 and child[0]["totals"]["on_cpu_s"] > 2.0, s["processes"]
+    assert not [c for pid, c in cmds.items() if pid != root and ("sleep 29" in c or "rlscope_top" in c)], cmds
     assert len(cmds) == 2, cmds          # the launcher and its Python child, not the subshell
