@@ -22,6 +22,7 @@ from typing import Callable
 _now = time.monotonic_ns
 
 from ..collect.op_rules import Matcher, Rule
+from .sampler_sched import prompt
 
 SAMPLED_ID_BASE = 4096          # annotated operations use ids 1..1023
 DEFAULT_HZ = 100
@@ -67,6 +68,36 @@ class StackCounts:
         return frames, items
 
 
+class AustinClock:
+    """When austin took each sample, on CLOCK_MONOTONIC, from its own time deltas.
+
+    austin prints no timestamps. In wall-time mode each line's metric is the time since the
+    process's previous sample round, and those deltas telescope: round k was taken at
+    ``T0 + sum of deltas``. T0 is unknown, but no line is read before it is written, so
+    ``min(read time - sum)`` bounds it from above and converges to it within the pipe's
+    least latency. Stamping samples when they are read instead charges the reader's delays:
+    with both cores busy while the target computes, the monitor read the start of each
+    compute phase late, and a compute phase of a wait loop read 4-7 pp short.
+    """
+
+    def __init__(self):
+        self._procs: dict[str, list] = {}   # "P<pid>" -> [sum_us, round's delta, round's tids, anchor_ns, last_ns]
+
+    def stamp(self, proc: str, tid: int, delta_us: int, read_ns: int) -> int:
+        """The CLOCK_MONOTONIC time of one sample line of ``proc`` read at ``read_ns``."""
+        st = self._procs.get(proc)
+        if st is None:
+            st = self._procs[proc] = [0, None, set(), read_ns, 0]
+        if delta_us != st[1] or tid in st[2]:        # a new round: its threads share one delta
+            st[0] += delta_us
+            st[1], st[2] = delta_us, set()
+        st[2].add(tid)
+        sum_ns = st[0] * 1000
+        st[3] = min(st[3], read_ns - sum_ns)
+        st[4] = max(st[4], st[3] + sum_ns)             # the anchor only falls: never step back
+        return st[4]
+
+
 def austin_path() -> str | None:
     """The austin binary: next to this interpreter (the venv) or on PATH."""
     here = os.path.join(os.path.dirname(sys.executable), "austin")
@@ -96,6 +127,7 @@ class StackSampler:
         self.proc: subprocess.Popen | None = None
         self._thread: threading.Thread | None = None
         self.error: str | None = None
+        self.sched_error: str | None = None      # why austin runs under the normal scheduler
         self._stopping = False
         self.ended = False          # austin is gone (error says why, unless we stopped it)
         self._cpu_final: float | None = None
@@ -103,6 +135,7 @@ class StackSampler:
         self._cpu_base = 0.0        # CPU of the austin processes this one replaced
         self.started_ns = 0
         self._own = f"P{os.getpid()}"
+        self.clock = AustinClock()
 
     def kind(self, op_id: int) -> str:
         """The rule kind ("simulation" or "") of a sampled operation id."""
@@ -126,6 +159,7 @@ class StackSampler:
             self.error = f"cannot run austin: {e}"
             return False
         self.started_ns = time.monotonic_ns()
+        self.sched_error = prompt(self.proc.pid)
         self._thread = threading.Thread(target=self._read, name="rlscope-sampler", daemon=True)
         self._thread.start()
         return True
@@ -206,23 +240,25 @@ class StackSampler:
 
     def feed(self, line: str) -> None:
         """Apply one austin sample line: ``P<pid>;T<iid>:<tid>;<file:func:line>;... <metric>``."""
-        stack = line.rsplit(" ", 1)[0]
+        read_ns = _now()
+        stack, _, metric = line.rpartition(" ")
         parts = stack.split(";")
         if len(parts) < 3 or parts[0] == self._own:
             return                      # austin -C also follows the monitor, where it runs below the target
         try:
-            tid = int(parts[1].rsplit(":", 1)[-1])
+            pid, tid, us = int(parts[0][1:]), int(parts[1].rsplit(":", 1)[-1]), int(metric)
         except ValueError:
             return
+        ts = self.clock.stamp(parts[0], tid, us, read_ns)
         frames = [f.rsplit(":", 1)[0] for f in parts[2:]]
         if "INVALID" in stack:
             # the stack changed under austin's non-blocking read: the frames inside the last
             # bad one are still good, and their innermost match is the innermost operation
-            self.take_partial(tid, frames[max(i for i, f in enumerate(frames) if "INVALID" in f) + 1:])
+            self.take_partial(tid, frames[max(i for i, f in enumerate(frames) if "INVALID" in f) + 1:], ts)
             return
-        self.take(tid, frames)
+        self.take(tid, frames, ts)
         if self.stacks is not None:
-            self._keep(parts[0], tid, frames, line)
+            self.stacks.add(pid, tid, frames, us)
 
     def take(self, tid: int, frames: list[str], ts_ns: int = 0, match: tuple | None = None) -> None:
         """One whole sample of a thread (frames outermost first, taken at ``ts_ns``; 0: now);
@@ -253,13 +289,6 @@ class StackSampler:
             self.invalid += 1
             return
         self._apply(tid, self.ids[inner], ts_ns)     # outer frames unknown: not an inclusive sample
-
-    def _keep(self, proc: str, tid: int, frames: list[str], line: str) -> None:
-        try:
-            pid, us = int(proc[1:]), int(line.rsplit(" ", 1)[1])
-        except (ValueError, IndexError):
-            return
-        self.stacks.add(pid, tid, frames, us)
 
     def _apply(self, tid: int, op: int, ts_ns: int = 0) -> None:
         if self._cur.get(tid, 0) != op:

@@ -49,6 +49,9 @@ class OperationSources:
             if not smp.start():
                 self.note("warn", f"operations unavailable: {smp.error}; the category breakdown is unaffected")
                 return
+            if smp.sched_error:
+                self.note("warn", f"austin runs under the normal scheduler ({smp.sched_error}): on a machine with "
+                                  "no idle core its samples come late, and short phases that keep the CPU busy read short")
         if smp is None:
             return
         self.sampler = smp
