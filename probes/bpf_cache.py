@@ -25,6 +25,7 @@ import hashlib
 import json
 import os
 import re
+import signal
 
 import msgpack
 
@@ -451,13 +452,26 @@ def _load_prog(prog_type: int, name: bytes, code: bytes, license: bytes, kern_ve
         if attach_type >= 0:
             _put(attr, 68, attach_type, 4)                          # expected_attach_type
         try:
-            return _bpf(BPF_PROG_LOAD, attr)
+            return _prog_load(attr)
         except OSError as e:
             if level:
                 said = [ln for ln in log.value.decode(errors="replace").splitlines() if ln.strip()]
                 raise Exception(f"Failed to load BPF program {name.decode()}: {e.strerror}"
                                 f"{': ' + said[-1] if said else ''}") from None
     raise AssertionError("unreachable")
+
+
+def _prog_load(attr) -> int:
+    """bpf(BPF_PROG_LOAD) with this thread's signals held back. The verifier gives up with
+    EAGAIN when a signal is pending (a terminal resize under the live screen, a profiler's
+    stop): sched_switch's program takes ~0.1 s to check here, so 20 signals a second made
+    every load fail, and the record, taken for refused, was dropped and the program compiled
+    (3-5 s) in its place. A held signal waits for the call (SIGKILL is never held)."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+    try:
+        return _bpf(BPF_PROG_LOAD, attr)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def warm() -> str:
