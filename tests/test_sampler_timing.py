@@ -47,6 +47,10 @@ def test_clock_keeps_processes_apart_and_never_steps_back():
             assert got >= last.get(proc, 0)
             last[proc] = got
     assert abs(last["P2"] - (tb + 7 * MS + 10_000)) <= 1
+    smp = StackSampler(1, [], 100, lambda *a: None)
+    smp.clock = clock
+    smp.forget_processes([1])                     # an exited child: its clock goes, the others stay
+    assert set(clock._procs) == {"P2"}
 
 
 def test_sampler_passes_the_stamped_time_not_the_read_time():
