@@ -1,7 +1,9 @@
 /* Calibration library for `rlscope-top calibrate`.
  * Entry points are written in assembly so their first instruction is known:
  * cal_push* start with `push %rbp` (emulated by the uprobe handler), cal_ool* with
- * a RIP-relative `lea` (stepped out of line). cal_body measures its own time. */
+ * a RIP-relative `lea` (stepped out of line). A pair probe moves past instructions that
+ * leave rsp alone (prologue.py pair_offset): cal_ool's `sub` keeps it on the `lea`.
+ * cal_body measures its own time. */
 #include <time.h>
 
 static unsigned long long body_ns;
@@ -50,7 +52,8 @@ __asm__(
     ".globl cal_push\n.type cal_push,@function\ncal_push:\n"
     "  push %rbp\n  mov %rsp,%rbp\n  call cal_body\n  pop %rbp\n  ret\n.size cal_push,.-cal_push\n"
     ".globl cal_ool\n.type cal_ool,@function\ncal_ool:\n"
-    "  lea 0(%rip),%rax\n  push %rbp\n  mov %rsp,%rbp\n  call cal_body\n  pop %rbp\n  ret\n.size cal_ool,.-cal_ool\n"
+    "  lea 0(%rip),%rax\n  sub $8,%rsp\n  add $8,%rsp\n  push %rbp\n  mov %rsp,%rbp\n  call cal_body\n  pop %rbp\n"
+    "  ret\n.size cal_ool,.-cal_ool\n"
     ".globl cal_begin\n.type cal_begin,@function\ncal_begin:\n"
     "  push %rbp\n  pop %rbp\n  ret\n.size cal_begin,.-cal_begin\n"
     ".globl cal_end\n.type cal_end,@function\ncal_end:\n"

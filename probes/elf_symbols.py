@@ -18,7 +18,7 @@ import zlib
 from typing import Callable, Iterator
 
 from .bpf_cache import KeptMemo, file_id
-from .prologue import is_cheap_at
+from .prologue import is_cheap_at, pair_offset
 from ..errors import NotElf, UnsafePath
 from ..safe_files import open_regular
 
@@ -202,11 +202,13 @@ class ElfFile:
         return b"" if off is None else self.mm[off:off + n]
 
     def probe_kind(self, addr: int) -> str:
-        """How a uprobe on the instruction at ``addr`` runs (x86-64 only; else unknown)."""
+        """How a `--sim-lib` probe on the function at ``addr`` runs: its entry and return pair
+        sits past a CET `endbr64` and other instructions that leave rsp alone (prologue.py
+        ``pair_offset``; x86-64 only, else unknown)."""
         if self.machine != EM_X86_64:
             return UNKNOWN
-        code = self.code(addr)
-        return UNKNOWN if not code else EMULATED if is_cheap_at(code, 0) else OUT_OF_LINE
+        code = self.code(addr, 32)
+        return UNKNOWN if not code else EMULATED if is_cheap_at(code, pair_offset(code)) else OUT_OF_LINE
 
     # -- debug file links --------------------------------------------------------------
     def build_id(self) -> str | None:

@@ -23,7 +23,7 @@ from .program import capture_output, compiler_reason, first_line, generic_fn, lo
 from . import elf_symbols, proc_maps, symbols
 from .symbols import resolve as resolve_symbol, target_file
 from .static_copies import StaticCopies
-from .prologue import cheap_offset, is_cheap_at
+from .prologue import cheap_offset, is_cheap_at, pair_offset
 from ..collect.calibration import Calibration, load as load_calibration
 from ..errors import BccUnavailable
 from ..safe_files import open_regular
@@ -328,7 +328,8 @@ class ProbeSet(MapAccess):
         try:
             os.close(open_regular(root_path))      # bcc's own open would block on a FIFO put in its place
             spec = resolve_symbol(self._bcc, spec, root_path)
-            offset = 0 if spec.kind == PAIR else self._entry_offset(root_path, spec.symbol)
+            offset = self._pair_offset(root_path, spec.symbol) if spec.kind == PAIR else \
+                self._entry_offset(root_path, spec.symbol)
         except Exception as e:  # bcc raises bare Exception for a missing symbol
             self.missing.setdefault(spec.group, []).append(spec.symbol)
             self.notify("warn", f"{spec.group}: cannot probe {spec.label} in {os.path.basename(path)}: "
@@ -480,9 +481,9 @@ class ProbeSet(MapAccess):
                 self.bpf.attach_uretprobe(name=a.root_path, sym=a.spec.symbol, fn_name=fns[1], pid=self._perf_pid())
                 a.parts[part] = ("uretprobe", 0)
             else:
-                off = 0 if a.spec.kind == PAIR else a.offset
-                self.bpf.attach_uprobe(name=a.root_path, sym=a.spec.symbol, sym_off=off, fn_name=fns[0], pid=self._perf_pid())
-                a.parts[part] = ("uprobe", off)
+                self.bpf.attach_uprobe(name=a.root_path, sym=a.spec.symbol, sym_off=a.offset, fn_name=fns[0],
+                                       pid=self._perf_pid())
+                a.parts[part] = ("uprobe", a.offset)
         except Exception as e:  # a missing symbol, or the library is gone
             self.notify("warn", f"{a.spec.group}: cannot probe {a.spec.label} in {os.path.basename(a.path)}: "
                                 f"{first_line(e)}")
@@ -492,9 +493,8 @@ class ProbeSet(MapAccess):
     def _link_part(self, a: Attached, part: str, fns: tuple[str, ...]) -> None:
         """The same part as an uprobe_multi link (a return probe with the RETURN flag)."""
         ret = a.spec.kind == PAIR and part == "exit"
-        off = 0 if a.spec.kind == PAIR else a.offset
         fn = self._part_program(a, part)
-        file_off = self._file_offset(a.root_path, a.spec.symbol, off)
+        file_off = self._file_offset(a.root_path, a.spec.symbol, a.offset)
         cookie = a.id | (a.spec.category & 3) << 16
         a.parts[part] = ("link", uprobe_multi.link(fn.fd, a.root_path, file_off, ret, self.probe_pid, cookie))
 
@@ -595,6 +595,11 @@ class ProbeSet(MapAccess):
 
     def _entry_offset(self, path: str, sym: str) -> int:
         return cheap_offset(self._code_at(path, sym))
+
+    def _pair_offset(self, path: str, sym: str) -> int:
+        """Where an entry and return pair goes: past instructions that leave rsp alone, on an
+        uprobe_multi link, which takes any file offset; bcc's perf-event uretprobe takes none."""
+        return pair_offset(self._code_at(path, sym)) if getattr(self, "multi", False) else 0
 
     def _emulated(self, path: str, sym: str, offset: int) -> bool:
         try:

@@ -4,7 +4,10 @@ The x86 uprobe handler emulates push, nop and direct jmp/call (about 0.5-0.7 us 
 hit) and single-steps everything else out of line (about 9 us). An entry-only probe
 may sit on any instruction of the straight-line prologue, so we walk forward over
 the few instruction forms compilers put first and stop at one that is emulated.
-Uretprobes must stay at offset 0: they hijack the return address at [rsp].
+A return probe takes the return address from [rsp] where it fires, so an entry and
+return pair may move only past instructions that leave rsp alone (``pair_offset``):
+a function built with CET (Ubuntu's and Fedora's gcc default) starts with `endbr64`,
+stepped out of line, then `push`.
 """
 
 from __future__ import annotations
@@ -71,6 +74,41 @@ def cheap_offset(code: bytes) -> int:
             return i
         n = _length(code, i)
         if n is None:
+            return 0
+        i += n
+    return 0
+
+
+def _writes_rsp(code: bytes, i: int) -> bool:
+    """Whether the skippable instruction at i (one ``_length`` knows) may write rsp."""
+    if code[i:i + 4] == b"\xf3\x0f\x1e\xfa" or code[i] == 0x66:
+        return False                                  # endbr64, pxor
+    rex = code[i] if code[i] in (0x48, 0x49, 0x4C, 0x4D) else 0
+    j = i + 1 if rex else i
+    op, modrm = code[j], code[j + 1]
+    mod, reg, rm = modrm >> 6, (modrm >> 3) & 7, modrm & 7
+    if op in (0x8B, 0x8D):                            # mov and lea write their reg field
+        return reg == 4 and not rex & 4
+    return mod == 3 and rm == 4 and not rex & 1       # the rest write their r/m (a register with mod 3)
+
+
+def pair_offset(code: bytes) -> int:
+    """Offset of the first emulated instruction an entry and return pair may sit on: the
+    instructions before it leave rsp alone, so [rsp] there is still the return address.
+
+    Args:
+        code: the first bytes of the function.
+
+    Returns:
+        An offset into ``code``; 0 when the first instruction is already cheap, or none is
+        reached before one that writes rsp or that this decoder does not know.
+    """
+    i = 0
+    while i < min(len(code), MAX_SKIP):
+        if is_cheap_at(code, i):
+            return i
+        n = _length(code, i)
+        if n is None or _writes_rsp(code, i):
             return 0
         i += n
     return 0

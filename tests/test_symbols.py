@@ -15,7 +15,7 @@ import pytest
 from support import CLI, HERE, REPO, wait_file
 from rlscope_top import errors as E
 from rlscope_top.probes import elf_symbols as ES
-from rlscope_top.probes.prologue import is_cheap_at
+from rlscope_top.probes.prologue import is_cheap_at, pair_offset
 
 SIMLIB_C = HERE / "native" / "simlib.c"
 TOY_NAMES = {"sim_step", "sim_last", "sim_work", "sim_ref", "sim_reset", "sim_die", "sim_spawn", "sim_worker_done"}
@@ -89,10 +89,20 @@ def test_lists_the_toy_simulator_like_nm_does(simlib):
         size, source, probe, demangled = got[name]
         assert int(size) == alls[name] and demangled == name
         assert source == ("dynsym" if name in dyn else "symtab"), name
-        want = "emulated" if is_cheap_at(first_bytes(simlib, name), 0) else "out of line"
+        code = first_bytes(simlib, name)
+        want = "emulated" if is_cheap_at(code, pair_offset(code)) else "out of line"
         assert probe == want, (name, probe)
     assert not ES.CRT_HELPERS & got.keys()
     assert f"--sim-lib {os.path.basename(simlib)}:" in p.stderr and f"dynsym {len(TOY_NAMES)}" in p.stderr
+
+
+def test_a_cet_build_lists_the_probe_past_its_endbr64(tmp_path):
+    """Built with CET (Ubuntu's gcc default) every function starts with `endbr64`, stepped out
+    of line; a --sim-lib probe goes on the `push` after it (loader.py, prologue.pair_offset)."""
+    plain, cet = gcc(tmp_path / "libplain.so", "-O1"), gcc(tmp_path / "libcet.so", "-O1", "-fcf-protection=full")
+    assert first_bytes(cet, "sim_step")[:4] == bytes.fromhex("f30f1efa")
+    assert rows(symbols(cet, "sim_step"))["sim_step"][2] == "emulated"
+    assert rows(symbols(plain, "sim_work"))["sim_work"][2] == "out of line"     # mov; movq $0,-8(%rsp)
 
 
 def test_pattern_is_a_glob_or_a_substring_ignoring_case(simlib):

@@ -346,9 +346,9 @@ def machine(cost: dict | None) -> dict:
 def _probes(acct: Accounting) -> dict:
     """The summary's ``probes``: what attached where, what is missing, hits, the program."""
     meta = acct.meta
-    return {"attached": {g: {"libs": libs,
-                             "probes": sum(2 if p["kind"] == "pair" else 1
-                                           for p in meta.get("probes", []) if p["group"] == g)}
+    mine = lambda g: [p for p in meta.get("probes", []) if p["group"] == g]   # noqa: E731
+    return {"attached": {g: {"libs": libs, "probes": sum(2 if p["kind"] == "pair" else 1 for p in mine(g)),
+                             "out_of_line": sorted({p["label"] for p in mine(g) if not p.get("emulated", True)})}
                          for g, libs in meta.get("groups", {}).items()},
             "missing": meta.get("missing", {}), "hits": acct.probe_hits(), "dropped_events": acct.event_drops,
             "missed_switch_ins": acct.run_fixes, "closed_at_step": acct.closed_calls,
