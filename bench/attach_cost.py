@@ -60,6 +60,10 @@ class Target:
             if f and f[0] == "t":
                 self.marks.append((int(f[1]), int(f[3])))
 
+    def now(self) -> int:
+        """Steps so far (at the latest report)."""
+        return self.marks[-1][1] if self.marks else 0
+
     def rate(self, t0: int, t1: int) -> float:
         """Steps per second between two monotonic ns times (from the reports inside)."""
         inside = [m for m in self.marks if t0 <= m[0] <= t1]

@@ -24,13 +24,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 import real_rl  # noqa: E402
+from attach_cost import Target  # noqa: E402
 from median_ci import median_interval  # noqa: E402
 
 PY = sys.executable
@@ -39,15 +39,10 @@ TINY = "issue 16's tiny-op RL loop (bench/workloads/rl_tiny_loop.py)"
 
 
 def _tree_cpu(pid: int) -> tuple[float, float]:
-    """(user, system) CPU seconds of a process and its descendants."""
-    import psutil  # noqa: PLC0415
-
-    p, u, k = psutil.Process(pid), 0.0, 0.0
-    for q in (p, *p.children(recursive=True)):
-        with contextlib.suppress(psutil.Error):
-            c = q.cpu_times()
-            u, k = u + c.user, k + c.system
-    return u, k
+    c = real_rl.tree_cpu(pid)
+    if c is None:
+        raise RuntimeError(f"the target (PID {pid}) is gone")
+    return c
 
 
 def per_step(steps0: int, steps1: int, cpu0: tuple, cpu1: tuple, wall_s: float) -> dict:
@@ -73,26 +68,6 @@ def summarize(plain: list[dict], attached: list[dict]) -> dict:
     return out
 
 
-class _TinyLoop:
-    """The tiny loop, its step count read from its own ``t NS steps N`` lines."""
-
-    def __init__(self):
-        self.p = subprocess.Popen([PY, os.path.join(HERE, "workloads", "rl_tiny_loop.py")], stdout=subprocess.PIPE,
-                                  text=True)
-        assert self.p.stdout.readline().startswith("ready")
-        self.n = 0
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        for line in self.p.stdout:
-            f = line.split()
-            if len(f) == 4 and f[0] == "t":
-                self.n = int(f[3])
-
-    def now(self) -> int:
-        return self.n
-
-
 @contextlib.contextmanager
 def _program(key: str):
     """(pid, step counter, scratch dir) of a program run for the whole bench."""
@@ -100,14 +75,13 @@ def _program(key: str):
         with real_rl.training(key) as (t, steps, tmp):
             yield t.pid, steps, tmp
         return
-    loop = _TinyLoop()
+    loop = Target(busy=False)
     try:
         time.sleep(4.0)
         with tempfile.TemporaryDirectory() as tmp:
             yield loop.p.pid, loop, tmp
     finally:
-        loop.p.kill()
-        loop.p.wait()
+        loop.close()
 
 
 def _span(pid: int, steps, seconds: float) -> dict:

@@ -104,15 +104,21 @@ def _timed_run(argv: list[str], cwd: str) -> subprocess.CompletedProcess:
     return m
 
 
-def _tree_cpu(pid: int) -> float | None:
+def tree_cpu(pid: int) -> tuple[float, float] | None:
+    """(user, system) CPU seconds of a process and its descendants; None once it is gone."""
     try:
         import psutil  # noqa: PLC0415
 
         pr = psutil.Process(pid)
-        procs = [pr, *pr.children(recursive=True)]
-        return sum(sum(x.cpu_times()[:2]) for x in procs)
+        times = [x.cpu_times() for x in (pr, *pr.children(recursive=True))]
+        return sum(t.user for t in times), sum(t.system for t in times)
     except Exception:
         return None
+
+
+def _tree_cpu(pid: int) -> float | None:
+    c = tree_cpu(pid)
+    return None if c is None else sum(c)
 
 
 def _session(pid: int, steps: Steps, tmp: str, seconds: float, gap: float, extra: list[str], i: int,
