@@ -50,6 +50,29 @@ double sim_work(long rounds) {
     return x;
 }
 
+/* Kernel time inside a simulator call (tests/targets/kernel_in_call.py): maps `pages` fresh
+ * pages and writes each (a page fault at this function's own store), does `fault_rounds` of
+ * sim_work's loop, and unmaps them (a syscall from libc's munmap). sim_fault(0) does nothing. */
+#include <sys/mman.h>
+
+static long fault_rounds;
+
+void sim_fault_rounds(long rounds) { fault_rounds = rounds; }
+
+double sim_fault(long pages) {
+    if (pages <= 0)
+        return 0;
+    long size = pages * 4096;
+    volatile char *p = mmap(0, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return -1;
+    for (long i = 0; i < size; i += 4096)
+        p[i] = 1;
+    double x = sim_work(fault_rounds);
+    munmap((void *)p, size);
+    return x;
+}
+
 /* sim_work's twin, never probed: timed beside the probed calls, it says how fast the machine
  * ran just then (tests/targets/trap_cost.py). noipa: never folded into sim_work. */
 __attribute__((noipa)) double sim_ref(long rounds) {
