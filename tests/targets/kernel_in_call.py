@@ -11,7 +11,6 @@ Prints "ready PID"; dumps the truth (tests/truth.py items) on SIGTERM.
 """
 
 import argparse
-import array
 import ctypes
 import json
 import os
@@ -19,7 +18,7 @@ import signal
 import threading
 import time
 
-from common import load_simlib, sim_rounds, timer_cost
+from common import IntervalLog, load_simlib, sim_rounds, timer_cost
 
 ap = argparse.ArgumentParser()
 ap.add_argument("simlib")
@@ -35,11 +34,8 @@ lib.sim_fault_rounds.argtypes, lib.sim_fault_rounds.restype = [ctypes.c_long], N
 lib.sim_fault_rounds(sim_rounds(lib, args.sim_us))
 mono = time.monotonic_ns
 tid = threading.get_native_id()
-# a kind code and two stamps per interval, in arrays: tuples would grow the heap, and that
-# growth's page faults would be kernel time of the loop's own (tests/targets/phased_trainer.py)
-KINDS = ("python", "simulator")
-kinds, stamps = array.array("b"), array.array("q")
-kind_add, stamp_add = kinds.append, stamps.append
+log = IntervalLog(("python", "simulator"), tid)     # not tuples: their heap's page faults (common.py)
+kind_add, stamp_add = log.kind, log.stamp
 
 
 def python_work(n: int) -> int:
@@ -59,9 +55,7 @@ def dispatch_ns() -> int:
 
 
 def dump(*_):
-    n = min(len(kinds), len(stamps) // 2)
-    items = [(KINDS[kinds[i]], tid, stamps[2 * i], stamps[2 * i + 1]) for i in range(n)]
-    items += [("timer_ns", 0, TIMER_NS, 0), ("dispatch_ns", 0, DISPATCH_NS, 0)]
+    items = log.items() + [("timer_ns", 0, TIMER_NS, 0), ("dispatch_ns", 0, DISPATCH_NS, 0)]
     with open(args.truth + ".tmp", "w") as f:
         json.dump(items, f)
     os.replace(args.truth + ".tmp", args.truth)

@@ -17,14 +17,13 @@ usage: phased_trainer.py SIMLIB TRUTH [--phase-s S] [--sim-us US] [--py-iters N]
 """
 
 import argparse
-import array
 import json
 import os
 import signal
 import threading
 import time
 
-from common import dispatch_cost, load_simlib, sim_rounds, timer_cost
+from common import IntervalLog, dispatch_cost, load_simlib, sim_rounds, timer_cost
 
 import torch
 
@@ -43,15 +42,11 @@ args = ap.parse_args()
 lib = load_simlib(args.simlib)
 torch.set_num_threads(1)
 mono = time.monotonic_ns
-# The log: a kind code per interval and its two stamps, in arrays. A tuple per interval
-# (~130 bytes with its ints) grew the heap by ~36 MB/s, and the page faults of that growth,
-# 3-11% of the thread's time in the kernel (their cost moves with the host's memory), landed
-# in the loop's glue: the truth's Python moved by up to 5 pp between sessions. 17 bytes now.
 KINDS = ("python", "simulator", "backend", "phase")
 PY_K, SIM_K, BACKEND_K, PHASE_K = range(4)
-kinds, stamps = array.array("b"), array.array("q")
-kind_add, stamp_add = kinds.append, stamps.append
 tid = threading.get_native_id()
+log = IntervalLog(KINDS, tid)     # not tuples: their heap's page faults (common.py)
+kind_add, stamp_add = log.kind, log.stamp
 a = torch.randn(args.op_size, args.op_size)
 w = torch.randn(args.op_size, args.op_size)
 done = threading.Event()
@@ -119,9 +114,7 @@ DISPATCH_NS = dispatch_cost(lib.sim_work)      # ctypes' part of each simulator 
 
 def dump(*_):
     done.set()
-    n = min(len(kinds), len(stamps) // 2)      # a signal between an interval's appends: drop it
-    log = [(KINDS[kinds[i]], tid, stamps[2 * i], stamps[2 * i + 1]) for i in range(n)]
-    items = log + [("timer_ns", 0, TIMER_NS, 0), ("dispatch_ns", 0, DISPATCH_NS, 0)]
+    items = log.items() + [("timer_ns", 0, TIMER_NS, 0), ("dispatch_ns", 0, DISPATCH_NS, 0)]
     with open(args.truth + ".tmp", "w") as f:
         json.dump(items, f)
     os.replace(args.truth + ".tmp", args.truth)
@@ -134,7 +127,7 @@ signal.signal(signal.SIGTERM, dump)
 # its corrected shares can be held to the unprobed ones.
 steps_in(collect_step, 0.1), steps_in(update_step, 0.1)      # warm up
 N_COLLECT, N_UPDATE = steps_in(collect_step, args.phase_s), steps_in(update_step, args.phase_s)
-del kinds[:], stamps[:]
+log.clear()
 print(f"ready {os.getpid()}", flush=True)
 while True:                  # each phase is marked: the truth can count whole phases (tests/truth.py)
     kind_add(PHASE_K); stamp_add(mono()); stamp_add(0)
