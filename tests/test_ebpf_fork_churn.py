@@ -12,6 +12,8 @@ import os
 import re
 import signal
 
+import pytest
+
 from support import load_summary
 
 CHURN = 307          # children, 16 at a time, each long enough to be sampled
@@ -34,7 +36,10 @@ def _mem_fds(pid: int) -> list[str]:
     return out
 
 
+@pytest.mark.quiet
 def test_churned_children_are_let_go_and_the_next_one_is_sampled(ebpf, target, monitor, tmp_path):
+    """Needs a quiet machine for its last check (the final child's work to 25 ms, one sample
+    period at each end): a clean-clone CI run on a slow hour read it 28 ms short."""
     start, truth = tmp_path / "start", tmp_path / "truth.json"
     t = target("fork_churn.py", start, truth, CHURN, WORK_S, BURST)
     m, summary = monitor(t.pid, "--duration", "30", "--op", "childwork=child_work", "--max-overhead", "100")

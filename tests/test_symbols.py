@@ -18,7 +18,8 @@ from rlscope_top.probes import elf_symbols as ES
 from rlscope_top.probes.prologue import is_cheap_at, pair_offset
 
 SIMLIB_C = HERE / "native" / "simlib.c"
-TOY_NAMES = {"sim_step", "sim_last", "sim_work", "sim_ref", "sim_reset", "sim_die", "sim_spawn", "sim_worker_done"}
+TOY_NAMES = {"sim_step", "sim_last", "sim_work", "sim_ref", "sim_reset", "sim_die", "sim_spawn", "sim_worker_done",
+             "sim_fault", "sim_fault_rounds"}
 
 
 def symbols(*args: str, cwd: str | Path = REPO) -> subprocess.CompletedProcess:
