@@ -132,6 +132,7 @@ def speed_loop(tmp: str, steps: int, reps: int) -> dict:
     # against a 1.24x loop).
     whole: dict[str, list[float]] = {"plain": [], "run": [], "run_full": []}
     reported_s: dict[str, list[float]] = {"run": [], "run_full": []}
+    steps_taken: dict[str, list] = {"run": [], "run_full": []}      # when the budget acted
     failed: list[str] = []
     for _ in range(reps):
         t = time.monotonic()
@@ -148,10 +149,12 @@ def speed_loop(tmp: str, steps: int, reps: int) -> dict:
             reported[mode].append(s["overhead"]["estimated_pct"])
             whole[mode].append(round(time.monotonic() - t, 3))
             reported_s[mode].append(s["overhead"]["estimated_s"])
+            steps_taken[mode].append((s.get("budget") or {}).get("steps"))
         res["torch.profiler"].append(last_json(sh([PY, LOOP, str(steps), "--torch-profiler"], cwd=tmp).stdout)["seconds"])
     med = {k: statistics.median(v) for k, v in res.items() if v}
     return {"median_s": med, "ratio": {k: round(v / med["plain"], 3) for k, v in med.items()},
-            "self_report_pct": reported, "self_report_s": reported_s, "whole_s": whole, "runs": res,
+            "self_report_pct": reported, "self_report_s": reported_s, "whole_s": whole, "budget_steps": steps_taken,
+            "runs": res,
             "failed": failed}
 
 
