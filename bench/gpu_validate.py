@@ -128,7 +128,7 @@ def speed_loop(tmp: str, steps: int, reps: int) -> dict:
     res: dict[str, list[float]] = {"plain": [], "run": [], "run_full": [], "torch.profiler": []}
     reported: dict[str, list[float]] = {"run": [], "run_full": []}
     # The self-report is a share of the whole session (imports, CUDA's start), the loop's ratio is
-    # of its steps alone: seconds against seconds compare like with like (stop 65: 5-6.6% said
+    # of its steps alone: seconds against seconds compare like with like (H200, 2026-12-04: 5-6.6% said
     # against a 1.24x loop).
     whole: dict[str, list[float]] = {"plain": [], "run": [], "run_full": []}
     reported_s: dict[str, list[float]] = {"run": [], "run_full": []}
