@@ -12,10 +12,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from support import CLI, HERE, TARGETS, Proc, ebpf_problem, require_modules
+from support import CLI, HERE, TARGETS, Proc, ebpf_gate, ebpf_problem, require_modules
 
 
 def pytest_collection_modifyitems(config, items):
@@ -48,11 +49,7 @@ def _fresh_after_the_calibration(items: list) -> None:
 @pytest.fixture
 def ebpf():
     """Gate for tests that load real BPF programs."""
-    why = ebpf_problem()
-    if why:
-        if os.environ.get("RLSCOPE_REQUIRE_EBPF") == "1":
-            pytest.fail(f"eBPF unavailable but RLSCOPE_REQUIRE_EBPF=1: {why}")
-        pytest.skip(f"eBPF unavailable: {why}")
+    ebpf_gate()
 
 
 @pytest.fixture
@@ -111,9 +108,8 @@ def gpu_native(tmp_path_factory) -> dict:
     return {**standins.build(str(d)), "dir": d}
 
 
-@pytest.fixture
-def spawn():
-    """Start processes that are killed at the end of the test, whatever happens."""
+def _spawner() -> tuple:
+    """(spawn, the processes it started)."""
     procs: list[Proc] = []
 
     def _spawn(argv: list[str], **kw) -> Proc:
@@ -121,15 +117,10 @@ def spawn():
         procs.append(p)
         return p
 
-    yield _spawn
-    for p in reversed(procs):
-        p.kill()
+    return _spawn, procs
 
 
-@pytest.fixture
-def target(spawn):
-    """Start a script from tests/targets and wait for its ready line."""
-
+def _target_of(spawn):
     def _target(script: str, *args) -> Proc:
         p = spawn([sys.executable, str(TARGETS / script), *map(str, args)], cwd=str(TARGETS))
         p.wait_line("ready", timeout=120)
@@ -143,10 +134,7 @@ def target(spawn):
 ATTACH_TIMEOUT_S = 180
 
 
-@pytest.fixture
-def monitor(spawn, tmp_path):
-    """Run the real CLI against a PID and wait until it says `attached`."""
-
+def _monitor_of(spawn, tmp_path: Path):
     def _monitor(pid: int, *extra: str, env: dict | None = None) -> tuple[Proc, Path]:
         summary = tmp_path / f"summary-{pid}.json"
         m = spawn([*CLI, "attach", str(pid), "--summary", str(summary), *extra], cwd=str(tmp_path),
@@ -155,3 +143,36 @@ def monitor(spawn, tmp_path):
         return m, summary
 
     return _monitor
+
+
+@pytest.fixture
+def spawn():
+    """Start processes that are killed at the end of the test, whatever happens."""
+    _spawn, procs = _spawner()
+    yield _spawn
+    for p in reversed(procs):
+        p.kill()
+
+
+@pytest.fixture
+def target(spawn):
+    """Start a script from tests/targets and wait for its ready line."""
+    return _target_of(spawn)
+
+
+@pytest.fixture
+def monitor(spawn, tmp_path):
+    """Run the real CLI against a PID and wait until it says `attached`."""
+    return _monitor_of(spawn, tmp_path)
+
+
+@pytest.fixture(scope="module")
+def module_procs(tmp_path_factory):
+    """spawn, target and monitor whose processes live until the module's last test: for one
+    session that several tests read (a recording and its exports). Gated like `ebpf`."""
+    ebpf_gate()
+    _spawn, procs = _spawner()
+    tmp = tmp_path_factory.mktemp("module")
+    yield SimpleNamespace(spawn=_spawn, target=_target_of(_spawn), monitor=_monitor_of(_spawn, tmp), tmp=tmp)
+    for p in reversed(procs):
+        p.kill()

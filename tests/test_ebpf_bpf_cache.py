@@ -4,12 +4,13 @@ first, counts the same known answer, and a cache file that is not safely ours is
 from __future__ import annotations
 
 import os
+import shutil
 import time
 
 import pytest
 
 from rlscope_top.collect import start_priority
-from support import load_summary, stop, wait_file
+from support import ebpf_gate, load_summary, stop, wait_file
 
 pytestmark = pytest.mark.ebpf
 
@@ -76,21 +77,41 @@ def test_cache_off_compiles_and_keeps_nothing(ebpf, target, monitor, tmp_path):
 
 
 # -- what may not be loaded (no target needed: the record is read, or not) -------------
-@pytest.fixture
-def kept_record(ebpf, tmp_path, monkeypatch):
-    """A real record for the generic program, compiled once into a private directory."""
-    import bcc
+@pytest.fixture(scope="module")
+def compiled_record(tmp_path_factory):
+    """The generic program compiled once for the module (~8 s on the CI VM a compile) and kept
+    by the real bpf_cache.save: (record path, program text)."""
+    ebpf_gate()                   # made before the test's own `ebpf` gate runs
+    from rlscope_top.probes import catalog, program
 
-    from rlscope_top.probes import bpf_cache, catalog, program
-
-    d = tmp_path / "cache"
-    monkeypatch.setenv("RLSCOPE_CACHE_DIR", str(d))
     text = program.program_text(catalog.builtin(), generic=True)
-    b = bcc.BPF(text=text.encode())
-    try:
-        assert bpf_cache.save(b, text) is None
-    finally:
-        b.cleanup()
+    d = tmp_path_factory.mktemp("compiled") / "cache"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RLSCOPE_CACHE_DIR", str(d))
+        import bcc
+
+        from rlscope_top.probes import bpf_cache
+
+        b = bcc.BPF(text=text.encode())
+        try:
+            assert bpf_cache.save(b, text) is None
+        finally:
+            b.cleanup()
+        return bpf_cache.path_for(text), text
+
+
+@pytest.fixture
+def kept_record(ebpf, compiled_record, tmp_path, monkeypatch):
+    """A real record for the generic program in a private directory of this test's own, which
+    the test may break."""
+    from rlscope_top.probes import bpf_cache
+
+    record, text = compiled_record
+    d = tmp_path / "cache"
+    d.mkdir(mode=0o700)
+    monkeypatch.setenv("RLSCOPE_CACHE_DIR", str(d))
+    shutil.copyfile(record, bpf_cache.path_for(text))
+    os.chmod(bpf_cache.path_for(text), 0o600)
     assert bpf_cache.read(text) is not None
     return bpf_cache, text, d
 

@@ -18,14 +18,18 @@ pytestmark = pytest.mark.ebpf
 WORKLOAD = ("--py-us", "4000", "--sim-us", "3000", "--ops", "7", "--op-size", "96")
 
 
-@pytest.fixture
-def recorded(ebpf, target, monitor, tmp_path, simlib):
-    t = target("known_split.py", simlib, tmp_path / "truth.json", *WORKLOAD)
-    rec = tmp_path / "session.rlsrec"
-    m, summary = monitor(t.pid, "--headless", "--sim-lib", f"{simlib}:sim_step", "--timeline",
-                         "--max-overhead", "100", "--record", str(rec), "--duration", "4")
+@pytest.fixture(scope="module")
+def recorded(module_procs, simlib):
+    """One recorded session that every test here reads (each writes its own files beside it)."""
+    tmp = module_procs.tmp
+    t = module_procs.target("known_split.py", simlib, tmp / "truth.json", *WORKLOAD)
+    rec = tmp / "session.rlsrec"
+    m, summary = module_procs.monitor(t.pid, "--headless", "--sim-lib", f"{simlib}:sim_step", "--timeline",
+                                      "--max-overhead", "100", "--record", str(rec), "--duration", "4")
     assert m.finish(timeout=90) == 0, m.stderr_text
-    return load_summary(summary), rec, tmp_path, t
+    t.finish(signal.SIGTERM)                   # its truth (the speedscope test's) is written on the way out
+    wait_file(tmp / "truth.json", timeout=30)
+    return load_summary(summary), rec, tmp, t
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
@@ -137,8 +141,6 @@ def test_speedscope_export_validates_and_weighs_the_python_phase(recorded):
     main = next(pr for pr in doc["profiles"] if pr["name"].startswith(f"PID {t.pid} thread {t.pid}"))
     inner = sum(w for st, w in zip(main["samples"], main["weights"]) if frames[st[-1]]["name"] == "python_phase")
     ours = inner / sum(main["weights"])
-    t.finish(signal.SIGTERM)
-    wait_file(tmp / "truth.json", timeout=30)
     w0, w1 = s["window"]["t0_monotonic_ns"], s["window"]["t1_monotonic_ns"]
     py = sum(max(0, min(b, w1) - max(a, w0)) for kind, _, a, b in json.loads((tmp / "truth.json").read_text())
              if kind == "python")

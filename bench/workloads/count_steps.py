@@ -17,6 +17,8 @@ import time
 from gymnasium.envs.classic_control import cartpole
 
 path, rest = sys.argv[1], sys.argv[2:]
+# SB3 makes an empty /tmp/SB3-<time> directory per logger with no folder (rl-zoo3 runs): beside the counter
+os.environ.setdefault("SB3_LOGDIR", os.path.join(os.path.dirname(os.path.abspath(path)), "sb3-log"))
 fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
 os.ftruncate(fd, 16)
 counter = mmap.mmap(fd, 16)

@@ -21,6 +21,15 @@ REPO = HERE.parent
 CLI = [sys.executable, "-m", "rlscope_top.cli"]
 
 
+def ebpf_gate() -> None:
+    """Skip the test where eBPF cannot run here; fail it instead under RLSCOPE_REQUIRE_EBPF=1
+    (CI), so eBPF tests never quietly skip there."""
+    if why := ebpf_problem():
+        if os.environ.get("RLSCOPE_REQUIRE_EBPF") == "1":
+            pytest.fail(f"eBPF unavailable but RLSCOPE_REQUIRE_EBPF=1: {why}")
+        pytest.skip(f"eBPF unavailable: {why}")
+
+
 def ebpf_problem() -> str | None:
     """Why eBPF tests cannot run here, or None."""
     if os.geteuid() != 0:
