@@ -85,10 +85,12 @@ def main() -> None:
     ap.add_argument("--sessions", type=int, default=2)
     ap.add_argument("--calibration", help="a calibration file to use (made there if missing)")
     ap.add_argument("--keep", help="copy each session's summary here (s<i>.json)")
+    ap.add_argument("--cflags", default="", help="more gcc flags for the simulator library, e.g. "
+                    "-fno-omit-frame-pointer (sim_work then starts with an emulated push)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         simlib, calib = os.path.join(tmp, "libtoysim.so"), args.calibration or os.path.join(tmp, "calibration.json")
-        subprocess.run(["gcc", "-O1", "-shared", "-fPIC", "-o", simlib, os.path.join(REPO, "tests/native/simlib.c")],
+        subprocess.run(["gcc", "-O1", *args.cflags.split(), "-shared", "-fPIC", "-o", simlib, os.path.join(REPO, "tests/native/simlib.c")],
                        check=True)
         if not os.path.exists(calib):
             subprocess.run([PY, "-m", "rlscope_top.cli", "calibrate"], cwd=REPO, check=True, capture_output=True,
