@@ -154,8 +154,7 @@ def speed_loop(tmp: str, steps: int, reps: int) -> dict:
     med = {k: statistics.median(v) for k, v in res.items() if v}
     return {"median_s": med, "ratio": {k: round(v / med["plain"], 3) for k, v in med.items()},
             "self_report_pct": reported, "self_report_s": reported_s, "whole_s": whole, "budget_steps": steps_taken,
-            "runs": res,
-            "failed": failed}
+            "runs": res, "failed": failed}
 
 
 END = [float("inf")]   # --end-s: the monotonic time every check must be done by

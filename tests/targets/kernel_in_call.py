@@ -12,13 +12,12 @@ Prints "ready PID"; dumps the truth (tests/truth.py items) on SIGTERM.
 
 import argparse
 import ctypes
-import json
 import os
 import signal
 import threading
 import time
 
-from common import IntervalLog, load_simlib, sim_rounds, timer_cost
+from common import IntervalLog, dispatch_cost, load_simlib, sim_rounds, timer_cost
 
 ap = argparse.ArgumentParser()
 ap.add_argument("simlib")
@@ -45,24 +44,12 @@ def python_work(n: int) -> int:
     return x
 
 
-def dispatch_ns() -> int:
-    """ctypes' part of a logged call (sim_fault(0) does nothing), less the timer."""
-    d = []
-    for _ in range(2001):
-        t0 = mono(); lib.sim_fault(0); t1 = mono()
-        d.append(t1 - t0)
-    return max(0, sorted(d)[len(d) // 2] - timer_cost())
-
-
 def dump(*_):
-    items = log.items() + [("timer_ns", 0, TIMER_NS, 0), ("dispatch_ns", 0, DISPATCH_NS, 0)]
-    with open(args.truth + ".tmp", "w") as f:
-        json.dump(items, f)
-    os.replace(args.truth + ".tmp", args.truth)
+    log.write(args.truth, TIMER_NS, DISPATCH_NS)
     os._exit(0)
 
 
-TIMER_NS, DISPATCH_NS = timer_cost(), dispatch_ns()
+TIMER_NS, DISPATCH_NS = timer_cost(), dispatch_cost(lib.sim_fault)    # sim_fault(0) does nothing
 signal.signal(signal.SIGTERM, dump)
 sim, pages, iters = lib.sim_fault, args.pages, args.py_iters
 print(f"ready {os.getpid()}", flush=True)
