@@ -48,7 +48,10 @@ def test_calibrate_measures_emulated_cheaper_than_out_of_line(ebpf, calibration_
     # docs/probe-notes.md: out of line costs 10x as much per trap on an Intel VM, 2.8-3.9x on
     # an AMD EPYC one: at least twice (the extra single-step trap) everywhere we measured
     assert total["bracket_ool"] > 2 * total["bracket"] > 0
-    assert total["pair_ool"] > 2 * total["pair"] > 0
+    # a pair's return trap is never out of line, so only one of its two traps gains the step:
+    # 1.9-2.6x on the AMD EPYC VM on 2026-12-04 (pair ~4,000 ns, pair_ool 7,800-10,400), where
+    # 2x failed once in CI
+    assert total["pair_ool"] > 1.5 * total["pair"] > 0
     assert k["pair_ool"]["inside"] > k["pair_ool"]["outside"]   # the out-of-line step runs after the timestamp
     # the traps' kernel time: most of each kind's cost (75-98% seen); the out-of-line step is all kernel
     # (not torch's backward counter: most of its cost is the program's code after the trap,

@@ -125,45 +125,65 @@ def _kernel_share(total: float, sys_probed: int, sys_plain: int, loops: int, cal
     return round(min(1.0, max(0.05, kernel / total)), 3) if total > 0 else 1.0
 
 
-def _measure_mode(t: _Target, kind: str, say) -> dict:
-    """A probe kind's cost per call: rounds of unprobed, probed, probed, unprobed loops (the
-    probes attached for the middle two), so each difference is taken within a second."""
-    loop = "torch" if kind == "bracket_torch" else MODES[kind][0]
-    specs, cat = _specs(kind)
-    base, probed, inside, diffs = [], [], [], []
-    sys_plain = sys_probed = 0
-    for _ in range(ROUNDS):
+class _Rounds:
+    """One probe kind's paired rounds so far: loop times, inside shares, system time."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+        self.loop = "torch" if kind == "bracket_torch" else MODES[kind][0]
+        self.specs, self.cat = _specs(kind)
+        self.base, self.probed, self.inside, self.diffs = [], [], [], []
+        self.sys_plain = self.sys_probed = 0
+
+    def run_one(self, t: _Target) -> None:
+        """Unprobed, probed, probed, unprobed loops (the probes attached for the middle two), so
+        the round's difference is taken within a second."""
         k0 = _sys_ns(t)
-        a1 = _loop(t, loop)["loop_ns"] / N_CALLS
+        a1 = _loop(t, self.loop)["loop_ns"] / N_CALLS
         k1 = _sys_ns(t)
-        ps = _probed(t, specs)
+        ps = _probed(t, self.specs)
         try:
             k2 = _sys_ns(t)
-            (p1, i1), (p2, i2) = (_probed_loop(ps, t, kind, loop, cat) for _ in range(2))
+            (p1, i1), (p2, i2) = (_probed_loop(ps, t, self.kind, self.loop, self.cat) for _ in range(2))
             k3 = _sys_ns(t)
         finally:
             ps.stop()
         k4 = _sys_ns(t)
-        a2 = _loop(t, loop)["loop_ns"] / N_CALLS
-        sys_plain += (k1 - k0) + (_sys_ns(t) - k4)
-        sys_probed += k3 - k2
-        base += [a1, a2]
-        probed += [p1, p2]
-        inside.append((i1 + i2) / 2)
-        diffs.append((p1 + p2 - a1 - a2) / 2)
-    # The machine's speed wanders: on an AMD EPYC VM the same unprobed loop read 700 and 1,400 ns
-    # per call seconds apart. So only differences taken close together are compared, and their
-    # median keeps a slow stretch (a CI neighbour) out. (Two twin processes, one probed, would
-    # pair more tightly, but a uprobe traps in every process that maps the library: the pid
-    # filter acts in the handler, after the trap.)
-    total = max(0.0, statistics.median(diffs))
-    say(f"{kind:>13}: {statistics.median(base):8.0f} ns/call unprobed, {statistics.median(probed):8.0f} probed "
-        f"-> {total:6.0f} ns per call (paired, {len(diffs)} rounds, spread {_spread(diffs):.0f} ns)")
-    ins = inside_ns(inside, diffs, total)
-    share = _kernel_share(total, sys_probed, sys_plain, 2 * ROUNDS)
-    where = "" if kind == "bracket_torch" else f", {ins} ns inside the probed region"   # torch: split later
-    say(f"{'':>13}  {100 * share:.0f}% of it the target's kernel time{where}")
-    return {"outside": round(total) - ins, "inside": ins, "kernel_share": share}
+        a2 = _loop(t, self.loop)["loop_ns"] / N_CALLS
+        self.sys_plain += (k1 - k0) + (_sys_ns(t) - k4)
+        self.sys_probed += k3 - k2
+        self.base += [a1, a2]
+        self.probed += [p1, p2]
+        self.inside.append((i1 + i2) / 2)
+        self.diffs.append((p1 + p2 - a1 - a2) / 2)
+
+    def price(self, say) -> dict:
+        """The kind's cost per call from its rounds' median difference."""
+        # The machine's speed wanders: on an AMD EPYC VM the same unprobed loop read 700 and 1,400 ns
+        # per call seconds apart. So only differences taken close together are compared, and their
+        # median keeps a slow stretch (a CI neighbour) out. (Two twin processes, one probed, would
+        # pair more tightly, but a uprobe traps in every process that maps the library: the pid
+        # filter acts in the handler, after the trap.)
+        kind, diffs = self.kind, self.diffs
+        total = max(0.0, statistics.median(diffs))
+        say(f"{kind:>13}: {statistics.median(self.base):8.0f} ns/call unprobed, {statistics.median(self.probed):8.0f} "
+            f"probed -> {total:6.0f} ns per call (paired, {len(diffs)} rounds, spread {_spread(diffs):.0f} ns)")
+        ins = inside_ns(self.inside, diffs, total)
+        share = _kernel_share(total, self.sys_probed, self.sys_plain, 2 * len(diffs))
+        where = "" if kind == "bracket_torch" else f", {ins} ns inside the probed region"   # torch: split later
+        say(f"{'':>13}  {100 * share:.0f}% of it the target's kernel time{where}")
+        return {"outside": round(total) - ins, "inside": ins, "kernel_share": share}
+
+
+def _measure_modes(t: _Target, kinds, say) -> dict:
+    """Probe kinds' costs per call, their rounds interleaved (round 1 of each kind, then round 2,
+    ...), so a stretch where the host runs slow falls on every kind alike and their ratios hold
+    (measured one kind after another, each kind's rounds took ~10 s of their own)."""
+    rounds = {k: _Rounds(k) for k in kinds}
+    for _ in range(ROUNDS):
+        for r in rounds.values():
+            r.run_one(t)
+    return {k: r.price(say) for k, r in rounds.items()}
 
 
 def inside_ns(inside: list[float], diffs: list[float], total: float) -> int:
@@ -372,9 +392,9 @@ def run(say=print) -> dict:
     with tempfile.TemporaryDirectory() as d:
         t = _Target(_build_lib(d))
         try:
-            kinds = {k: _measure_mode(t, k, say) for k in MODES}
+            kinds = _measure_modes(t, MODES, say)
             if _has_torch():
-                tight = _torch_split(_measure_mode(t, "bracket_torch", say), kinds["bracket"])
+                tight = _torch_split(_measure_modes(t, ["bracket_torch"], say)["bracket_torch"], kinds["bracket"])
                 kinds["bracket_torch"] = _measure_bracket_rl(t, say, tight)
                 lone = calibration.Calibration(kinds, True, "").hit_ns("count", True)   # the C loop's lone probe
                 kinds["count_torch"] = _measure_count_torch(t, say, lone)
