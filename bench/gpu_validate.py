@@ -279,6 +279,8 @@ def attach_cycles(tmp: str, cycles: int = 3) -> dict:
                                   "mode": sm["gpu"]["mode"], "notice": sm["gpu"]["notice"],
                                   "self_report_pct": sm["overhead"]["estimated_pct"], "complete": sm["gpu"]["complete"],
                                   "program": (sm.get("probes") or {}).get("program"), "stderr": err,
+                                  "agent": sm["gpu"].get("agent"), "lost": sm["gpu"].get("lost"),
+                                  "launches": (sm["gpu"].get("cuda_api") or {}).get("launches"),
                                   **({"facts": gpu_facts(sm)} if c == 1 else {})})
         after = _rate(lines, lines[-1]["t"] - 4, lines[-1]["t"])
         out.update(rate_before=before, rate_after=after,

@@ -74,8 +74,11 @@ def _nvml(i) -> dict:
             "mem_util": [[T0 + i * TICK, 3]], "mem_used": 3 << 30, "mem_total": 80 << 30}
 
 
-def gpu_stream(cupti: bool = True, nvml: bool = True, end: bool = True, ops: bool = False) -> list[dict]:
-    """The session; ``cupti=False`` is the same job without the agent (CPU-side figures only)."""
+def gpu_stream(cupti: bool = True, nvml: bool = True, end: bool = True, ops: bool = False,
+               kernels: bool = True, launches_per_tick: int = KERNELS_PER_TICK) -> list[dict]:
+    """The session; ``cupti=False`` is the same job without the agent (CPU-side figures only);
+    ``kernels=False``, CUPTI on and delivering no kernel record while the probes count
+    ``launches_per_tick`` launches a tick."""
     out = [_meta()]
     tot = GpuTotals(t0=T0)
 
@@ -94,12 +97,12 @@ def gpu_stream(cupti: bool = True, nvml: bool = True, end: bool = True, ops: boo
            G.status(T0, "nvml", False, "unavailable", "NVML: libnvidia-ml.so not found (no NVIDIA driver)"))
     counters(_ctr(0, 0, ops))
     for i in range(1, TICKS + 1):
-        if cupti:
+        if cupti and kernels:
             tot.add(_kernels(i - 1, ops), OPS, NAMES)
         if nvml:
             tot.nvml_sample(_nvml(i))
         tot.sync({"cudaStreamSynchronize": i * 30 * MS}, {"cudaStreamSynchronize": 2 * i})
-        counters(_ctr(i, KERNELS_PER_TICK * i, ops))
+        counters(_ctr(i, launches_per_tick * i, ops))
     out.append(R.intervals([R.interval(42, "range", "Optimizer.step#Adam.step", T0 + s * 500 * MS,
                                        T0 + s * 500 * MS + MS) for s in range(STEPS)]))
     if end:

@@ -84,6 +84,22 @@ def test_nvidia_smi_contrast():
     assert d["mem_used_mb_max"] == 3072 and d["ratio"] == pytest.approx(5.0)
 
 
+def test_launches_cupti_gave_no_kernel_for_make_the_figures_incomplete():
+    """On an H200 a third `attach --gpu-activity` read 0 kernels beside ~150k launches and
+    said complete: the launch probes' count is checked against the kernel records."""
+    launches = GS.TICKS * 101                                  # 1,616 launches, no kernel record
+    s = _summary(kernels=False, launches_per_tick=101)
+    g = s["gpu"]
+    assert g["source"] == "cupti" and g["kernels"] == 0
+    assert g["lost"]["launches_without_kernels"] == launches and g["complete"] is False
+    assert f"INCOMPLETE: {launches:,} launches without kernels" in gpu_summary.lines(s)[0]
+    full = _summary(launches_per_tick=101)                     # 10 kernels for 101 launches a tick: past half
+    assert full["gpu"]["lost"]["launches_without_kernels"] == launches - GS.TICKS * GS.KERNELS_PER_TICK
+    few = _summary(kernels=False)                              # 160 launches: under UNREPORTED_MIN
+    assert few["gpu"]["lost"]["launches_without_kernels"] == 0 and few["gpu"]["complete"] is True
+    assert _summary()["gpu"]["complete"] is True
+
+
 def test_without_the_agent_cpu_side_figures_and_a_lower_bound():
     s = _summary(cupti=False)
     assert s["totals"]["gpu_s"] is None and s["totals"]["overlap_s"] is None
