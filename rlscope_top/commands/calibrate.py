@@ -180,6 +180,7 @@ def _measure_modes(t: _Target, kinds, say) -> dict:
     ...), so a stretch where the host runs slow falls on every kind alike and their ratios hold
     (measured one kind after another, each kind's rounds took ~10 s of their own)."""
     rounds = {k: _Rounds(k) for k in kinds}
+    say(f"measuring {', '.join(rounds)}: {ROUNDS} rounds{' each, interleaved' if len(rounds) > 1 else ''} ...")
     for _ in range(ROUNDS):
         for r in rounds.values():
             r.run_one(t)
