@@ -294,6 +294,7 @@ class RlscopeApp(App):
             msgs.append(f"ring overrun: {s['dropped']} records lost (totals stay right; history has gaps)")
         msgs += [w for w in s["warnings"] if "cannot probe" in w or "budget" in w][-2:]
         msgs += [w for w in s["warnings"] if "another rlscope-top (PID" in w][-1:]   # its numbers are off
+        msgs += s.get("checks") or []             # a category the probes under-time (session_figures.coverage)
         self._banner("\n".join(msgs))
 
     def _banner(self, text: str) -> None:

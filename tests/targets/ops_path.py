@@ -1,0 +1,51 @@
+"""Half the time in torch through `torch.ops.aten.mm.default`, half in pure Python. That
+path enters torch through no binding the catalog brackets (no PyWarningHandler), so the
+probes time none of it: the known answer for the coverage check is that the ticks find the
+thread in torch's libraries about half the time while the probes time ~0.
+
+usage: ops_path.py
+"""
+
+import time
+
+import torch
+
+from common import ready
+
+torch.set_num_threads(1)
+a = torch.randn(96, 96)
+mm = torch.ops.aten.mm.default
+
+
+def think(n: int) -> int:
+    x = 0
+    for i in range(n):
+        x += i * i
+    return x
+
+
+def infer(n: int) -> None:
+    for _ in range(n):
+        mm(a, a)
+
+
+def sized(fn, ms: float) -> int:
+    """Iterations of fn that take ``ms`` milliseconds now."""
+    n, t0 = 200, time.perf_counter()
+    fn(n)
+    return max(1, round(n * ms * 1e-3 / (time.perf_counter() - t0)))
+
+
+N_THINK, N_INFER = sized(think, 5), sized(infer, 5)
+t0 = time.perf_counter()
+for _ in range(20):
+    infer(N_INFER)
+t_infer = time.perf_counter() - t0
+t0 = time.perf_counter()
+for _ in range(20):
+    think(N_THINK)
+t_think = time.perf_counter() - t0
+ready(f"infer_share {t_infer / (t_infer + t_think):.4f}")
+while True:
+    think(N_THINK)
+    infer(N_INFER)

@@ -1,0 +1,40 @@
+"""The coverage check's rule on hand-made threads (the eBPF known answer is
+tests/test_ebpf_coverage.py): ticks by TICK_PLACES against the timed on-CPU split."""
+
+from __future__ import annotations
+
+from rlscope_top.account.session_figures import COVERAGE_MIN_TICKS, coverage, coverage_text
+
+
+def _th(py=60, be=40, sim=0, other=0, kernel=0):
+    return {"ticks": [py, be, sim, 0, other, kernel, 0]}
+
+
+def _split(py_s, be_s, sim_s=0.0):
+    return {"python": {"on_cpu_s": py_s}, "backend": {"on_cpu_s": be_s}, "simulator": {"on_cpu_s": sim_s}}
+
+
+def test_ticks_far_past_the_timed_share_flag_the_category():
+    threads = [_th(py=130, be=120), _th(py=60, be=50)]     # 360 ticks, 170 in torch: 47.2%
+    c = coverage(threads, _split(0.97, 0.03))               # timed 3%
+    assert c["backend"] == {"ticks_pct": 47.22, "timed_pct": 3.0, "under_timed": True}
+    (line,) = coverage_text({"coverage": c})
+    assert line.startswith("CHECK backend: 47.2% of the Python threads' CPU ticks") and "timed 3.0%" in line
+
+
+def test_within_the_gap_few_ticks_or_no_window_yet_say_nothing():
+    threads = [_th(py=150, be=110)]                         # 42.3% of 260 ticks
+    assert not coverage(threads, _split(0.7, 0.3))["backend"]["under_timed"]      # 12.3 pp: inside the 15
+    assert coverage(threads, _split(0.73, 0.27))["backend"]["under_timed"]        # 15.3 pp
+    few = [_th(py=COVERAGE_MIN_TICKS // 2, be=COVERAGE_MIN_TICKS // 2 - 1)]
+    assert not coverage(few, _split(1.0, 0.0))["backend"]["under_timed"]
+    assert not coverage(threads, _split(1.0, 0.0), frozenset({"backend"}))["backend"]["under_timed"]
+    assert coverage([_th(py=300, be=0)], _split(1.0, 0.0)) == {}                  # no ticks there: no row
+    assert coverage([{"ticks": None}], _split(1.0, 0.0)) == {}
+    assert coverage_text({}) == []
+
+
+def test_time_over_the_ticks_is_never_flagged():
+    """Simulator time includes the Python of `simulation` operations: more than its ticks."""
+    c = coverage([_th(py=200, be=20, sim=80)], _split(0.3, 0.1, 0.6))
+    assert not c["simulator"]["under_timed"] and not c["backend"]["under_timed"]
