@@ -17,7 +17,7 @@ import time
 import torch
 
 import rlscope_top
-from common import load_simlib, ready, touch, wait_for
+from common import load_simlib, ready, spin, touch, wait_for
 
 ap = argparse.ArgumentParser()
 ap.add_argument("simlib")
@@ -40,13 +40,6 @@ a = torch.randn(args.size, args.size)
 rollout = rlscope_top.operation("rollout")
 simulation = rlscope_top.operation("simulation", kind="simulation")
 inference = rlscope_top.operation("inference")
-
-
-def spin(n: int) -> int:
-    x = 0
-    for i in range(n):
-        x += i * i
-    return x
 
 
 def mm(op: str) -> None:

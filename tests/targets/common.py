@@ -81,6 +81,21 @@ def dispatch_cost(fn) -> int:
     return max(0, sorted(d)[len(d) // 2] - timer_cost())
 
 
+def spin(n: int) -> int:
+    """Pure Python work: n loop iterations, no native call."""
+    x = 0
+    for i in range(n):
+        x += i * i
+    return x
+
+
+def sized(fn, seconds: float, n: int = 1000) -> int:
+    """Iterations of ``fn(n)`` that take ``seconds`` now."""
+    t0 = time.perf_counter()
+    fn(n)
+    return max(1, round(n * seconds / (time.perf_counter() - t0)))
+
+
 def touch(path: str) -> None:
     with open(path, "w"):
         pass

@@ -5,11 +5,9 @@ The known answer is structural: think() never calls torch, so its Backend share 
 usage: fast_ops.py
 """
 
-import time
-
 import torch
 
-from common import ready
+from common import ready, sized
 
 torch.set_num_threads(1)
 a, w = torch.randn(8, 8), torch.randn(8, 8)
@@ -27,14 +25,7 @@ def infer(n: int) -> None:
         torch.mm(a, w)
 
 
-def sized(fn, us: float) -> int:
-    """Iterations of fn that take ``us`` microseconds now."""
-    n, t0 = 1000, time.perf_counter()
-    fn(n)
-    return max(1, round(n * us * 1e-6 / (time.perf_counter() - t0)))
-
-
-N_THINK, N_INFER = sized(think, 300), sized(infer, 300)
+N_THINK, N_INFER = sized(think, 300e-6), sized(infer, 300e-6)
 ready()
 while True:
     think(N_THINK)

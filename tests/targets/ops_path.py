@@ -10,18 +10,11 @@ import time
 
 import torch
 
-from common import ready
+from common import ready, sized, spin as think
 
 torch.set_num_threads(1)
 a = torch.randn(96, 96)
 mm = torch.ops.aten.mm.default
-
-
-def think(n: int) -> int:
-    x = 0
-    for i in range(n):
-        x += i * i
-    return x
 
 
 def infer(n: int) -> None:
@@ -29,14 +22,7 @@ def infer(n: int) -> None:
         mm(a, a)
 
 
-def sized(fn, ms: float) -> int:
-    """Iterations of fn that take ``ms`` milliseconds now."""
-    n, t0 = 200, time.perf_counter()
-    fn(n)
-    return max(1, round(n * ms * 1e-3 / (time.perf_counter() - t0)))
-
-
-N_THINK, N_INFER = sized(think, 5), sized(infer, 5)
+N_THINK, N_INFER = sized(think, 5e-3, 200), sized(infer, 5e-3, 200)
 t0 = time.perf_counter()
 for _ in range(20):
     infer(N_INFER)
