@@ -218,8 +218,8 @@ UNREPORTED_MIN = 1000   # launches the probes must count before a shortfall of k
 def unreported_launches(kernels: int, launches: int | None) -> int:
     """Launches the CUDA probes counted that CUPTI gave no kernel for, when that is most of
     them: 0 otherwise. On an H200 (2026-12-04) a third `attach --gpu-activity` into one job
-    read 0 kernels beside ~150k launches, with CUPTI on and memcpy records arriving, and the
-    summary said complete. The probes go in ~0.8 s before CUPTI starts on attach, and a
+    read 0 kernels beside ~135k CUDA API calls, with CUPTI on and memcpy records arriving, and
+    the summary said complete. The probes go in ~0.8 s before CUPTI starts on attach, and a
     windowed session's kernels include its estimate, so only a shortfall past half counts.
 
     Args:

@@ -127,8 +127,9 @@ COVERAGE_MIN_TICKS = 250  # one second of the Python threads' CPU at 250 Hz befo
 def coverage(py_threads: list[dict], split: dict, estimating: frozenset = frozenset()) -> dict:
     """Each probed category's share of the Python threads' on-CPU time, as the probes timed it
     and as the 250 Hz ticks found the threads in its libraries. Ticks far past the timed share
-    mean calls that enter it by a path the probes do not bracket: `torch.ops.aten.mm.default`
-    in a loop read Backend 0.0% "exact" beside 38% of the ticks in torch (2026-12-04).
+    mean calls that enter it by a path the probes do not bracket: tests/targets/ops_path.py,
+    `torch.ops.aten.mm.default` half the time by its own clock, read Backend 0.0% "exact"
+    beside 56.7% of its ticks in torch (2026-12-04).
 
     Args:
         py_threads: the Python threads (their ``ticks`` by TICK_PLACES).
@@ -138,11 +139,12 @@ def coverage(py_threads: list[dict], split: dict, estimating: frozenset = frozen
     Returns:
         ``{category: {ticks_pct, timed_pct, under_timed}}`` for each category with ticks.
     """
-    ticks = [sum((th.get("ticks") or [0] * len(TICK_PLACES))[i] for th in py_threads) for i in range(len(TICK_PLACES))]
+    rows = [th["ticks"] for th in py_threads if th.get("ticks")]
+    ticks = [sum(col) for col in zip(*rows)] or [0] * len(TICK_PLACES)
     n = sum(ticks)
     on = sum((sp or {}).get("on_cpu_s") or 0.0 for sp in split.values())
     out = {}
-    for i, cat in enumerate(TICK_PLACES[1:4], start=1):
+    for i, cat in enumerate(CATEGORIES[1:], start=1):     # TICK_PLACES starts with the categories
         if not ticks[i] or not on:
             continue
         tp, timed = ticks[i] / n, ((split.get(cat) or {}).get("on_cpu_s") or 0.0) / on

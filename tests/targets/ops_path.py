@@ -22,15 +22,15 @@ def infer(n: int) -> None:
         mm(a, a)
 
 
+def seconds(fn, n: int, rounds: int = 20) -> float:
+    t0 = time.perf_counter()
+    for _ in range(rounds):
+        fn(n)
+    return time.perf_counter() - t0
+
+
 N_THINK, N_INFER = sized(think, 5e-3, 200), sized(infer, 5e-3, 200)
-t0 = time.perf_counter()
-for _ in range(20):
-    infer(N_INFER)
-t_infer = time.perf_counter() - t0
-t0 = time.perf_counter()
-for _ in range(20):
-    think(N_THINK)
-t_think = time.perf_counter() - t0
+t_infer, t_think = seconds(infer, N_INFER), seconds(think, N_THINK)
 ready(f"infer_share {t_infer / (t_infer + t_think):.4f}")
 while True:
     think(N_THINK)
