@@ -23,7 +23,7 @@ from rlscope_top.account.gpu_accounting import GpuTotals
 from rlscope_top.collect.gpu_join import JOINED
 
 MS = 1_000_000
-T0 = 1000 * MS
+T0 = 10_000 * MS                  # ten seconds of uptime: before 1 s, a record has no time
 TICK = 250 * MS
 TICKS = 16
 ON_PER_TICK = 200 * MS
@@ -59,12 +59,24 @@ OPS = ["<all>", "inference", "train"]
 NAMES = {0: "ampere_sgemm_32x32", 1: "elementwise_tanh"}     # kernel name pointer -> name
 
 
-def _kernels(i, ops=False) -> np.ndarray:
-    """The tick's kernels; with ops, launched alternately from inference and train."""
+def _kernels(i, ops=False, timestamps=True) -> np.ndarray:
+    """The tick's kernels; with ops, launched alternately from inference and train; without
+    timestamps, CUPTI's 0 less a clock offset of 252 ns (what the joiner makes of it)."""
     a = np.zeros(KERNELS_PER_TICK, JOINED)
     for k in range(KERNELS_PER_TICK):
         start = T0 + i * TICK + 100 * MS + k * KERNEL
         a[k] = (0, start, start + KERNEL, 0, 7, 1000 * i + k, k % 2, 42, start - 20_000, 1 + k % 2 if ops else 0)
+    if not timestamps:
+        a["start"] = a["end"] = -252
+    return a
+
+
+def _stale(n: int) -> np.ndarray:
+    """``n`` memcpys that ended before the session (a 1 us copy each, the last 1 ms before T0)."""
+    a = np.zeros(n, JOINED)
+    a["kind"], a["device"] = 1, 0
+    a["end"] = T0 - MS - np.arange(n) * 2000
+    a["start"] = a["end"] - 1000
     return a
 
 
@@ -75,10 +87,12 @@ def _nvml(i) -> dict:
 
 
 def gpu_stream(cupti: bool = True, nvml: bool = True, end: bool = True, ops: bool = False,
-               kernels: bool = True, launches_per_tick: int = KERNELS_PER_TICK) -> list[dict]:
+               kernels: bool = True, launches_per_tick: int = KERNELS_PER_TICK, timestamps: bool = True,
+               stale: int = 0) -> list[dict]:
     """The session; ``cupti=False`` is the same job without the agent (CPU-side figures only);
     ``kernels=False``, CUPTI on and delivering no kernel record while the probes count
-    ``launches_per_tick`` launches a tick."""
+    ``launches_per_tick`` launches a tick; ``timestamps=False``, kernel records without times;
+    ``stale``, that many records that ended before the session, delivered first."""
     out = [_meta()]
     tot = GpuTotals(t0=T0)
 
@@ -96,9 +110,11 @@ def gpu_stream(cupti: bool = True, nvml: bool = True, end: bool = True, ops: boo
     status(G.status(T0, "nvml", True, "ok", "NVML: sampling 1 GPU(s): NVIDIA H100") if nvml else
            G.status(T0, "nvml", False, "unavailable", "NVML: libnvidia-ml.so not found (no NVIDIA driver)"))
     counters(_ctr(0, 0, ops))
+    if stale:
+        tot.add(_stale(stale), OPS, NAMES)
     for i in range(1, TICKS + 1):
         if cupti and kernels:
-            tot.add(_kernels(i - 1, ops), OPS, NAMES)
+            tot.add(_kernels(i - 1, ops, timestamps), OPS, NAMES)
         if nvml:
             tot.nvml_sample(_nvml(i))
         tot.sync({"cudaStreamSynchronize": i * 30 * MS}, {"cudaStreamSynchronize": 2 * i})

@@ -151,6 +151,26 @@ def test_attach_to_a_process_with_the_agent_joins_every_kernel(ebpf, gpu_native,
         t.close()
 
 
+def test_kernels_cupti_gave_no_time_make_the_summary_incomplete(ebpf, gpu_native, monitor):
+    """CUPTI 12.6u2-13.0 stamps kernels 0 with a timestamp callback. An H200 attach read
+    0 kernels and `complete` (the session's start dropped them without a count). Through
+    the real agent, region, decoder and joiner, each such kernel is now counted as lost."""
+    n = 23
+    t = _Driven(gpu_native)
+    try:
+        mon, summary = monitor(t.pid, env={"RLSCOPE_CUPTI_LIB": gpu_native["cupti"]})
+        mon.wait_line("CUPTI activity on", stream="stderr", timeout=60)
+        assert t("untimed 1") == "ok" and t(f"cudart {n} 200000") == "100"
+        assert mon.finish(signal.SIGINT) == 0, mon.stderr_text
+        s = load_summary(summary)
+        g_ = s["gpu"]
+        assert g_["kernels"] == 0 and g_["lost"]["without_timestamps"] == n and g_["complete"] is False, g_
+        assert g_["cuda_api"]["launches"] == n and g_["agent"]["records"] == 2 * n
+        assert f"INCOMPLETE: {n} without timestamps" in mon.stdout_text
+    finally:
+        t.close()
+
+
 def test_an_agent_loaded_after_attach_is_found(ebpf, gpu_native, monitor):
     """The monitor keeps looking for an agent the target loads later (RLSCOPE_GPU_ACTIVITY in
     a child, a dlopen), re-reading the target's maps only when its mapped size moves, and

@@ -231,5 +231,6 @@ def test_a_late_record_inside_the_kept_minute_is_counted_not_lost():
     assert (u.late, u.clipped) == (2, 1)
     assert u.total() == 5000 + 1000
     assert _lost({"late": 4, "clipped": 0, "agent": {}}) == {"dropped_ring_full": 0, "dropped_by_cupti": 0,
-                                                             "undecodable": 0, "late": 0}
+                                                             "undecodable": 0, "late": 0,
+                                                             "without_timestamps": 0}
     assert _lost({"late": 4, "clipped": 1, "agent": {}})["late"] == 1

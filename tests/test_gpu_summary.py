@@ -100,6 +100,32 @@ def test_launches_cupti_gave_no_kernel_for_make_the_figures_incomplete():
     assert _summary()["gpu"]["complete"] is True
 
 
+def test_kernels_without_timestamps_make_the_figures_incomplete():
+    """One candidate cause of the H200's '0 kernels, complete' (CUPTI's zero kernel
+    timestamps): each such record is counted, and the summary says the figures are short."""
+    n = GS.TICKS * GS.KERNELS_PER_TICK
+    s = _summary(timestamps=False)
+    g = s["gpu"]
+    assert g["kernels"] == 0 and g["lost"]["without_timestamps"] == n and g["complete"] is False
+    assert f"INCOMPLETE: {n:,} without timestamps" in gpu_summary.lines(s)[0]
+    assert _summary()["gpu"]["lost"]["without_timestamps"] == 0
+
+
+def test_records_from_before_the_session_count_only_when_they_outnumber_its_own():
+    """A clock that disagrees puts the session's records before its start: when those
+    outnumber the session's own (>= 1,000), the figures are incomplete; a previous
+    session's last flush (a few hundred) is not."""
+    own = GS.TICKS * GS.KERNELS_PER_TICK
+    s = _summary(stale=1009)
+    assert s["gpu"]["lost"]["ended_before_the_session"] == 1009 and s["gpu"]["complete"] is False
+    assert "1,009 ended before the session" in gpu_summary.lines(s)[0]
+    assert s["gpu"]["kernels"] == own and s["totals"]["gpu_s"] == pytest.approx(own * GS.KERNEL / 1e9)
+    few = _summary(stale=997)                                   # under the floor
+    assert few["gpu"]["lost"]["ended_before_the_session"] == 0 and few["gpu"]["complete"] is True
+    lost_all = _summary(stale=1009, kernels=False)
+    assert lost_all["gpu"]["lost"]["ended_before_the_session"] == 1009
+
+
 def test_without_the_agent_cpu_side_figures_and_a_lower_bound():
     s = _summary(cupti=False)
     assert s["totals"]["gpu_s"] is None and s["totals"]["overlap_s"] is None

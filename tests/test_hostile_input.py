@@ -236,6 +236,25 @@ def test_forged_gpu_records_are_counted_as_impossible_not_added():
     assert list(tot.devices) == [0]
 
 
+def test_records_without_time_or_from_before_the_session_are_counted_not_added():
+    """CUPTI 12.6u2-13.0 gives kernels zero timestamps with a timestamp callback; the session
+    start used to drop them without a count (0 kernels, complete). A zero start with a real
+    end must not become a kernel that runs from the session's start."""
+    t0, now, off = 10**12, 10**12 + 10**10, 252
+    tot = GA.GpuTotals(t0=t0)
+    tot.add(_acts([(t0 + 1000, t0 + 5000, 0, 1),             # the one real kernel: 4000 ns
+                   (-off, -off, 0, 1),                        # CUPTI's 0, less the clock offset
+                   (0, t0 + 7000, 0, 1),                      # no start, a real end
+                   (t0 - 9000, t0 - 5000, 0, 1),              # ended before the session
+                   (t0 - 9000, t0 - 1000, 0, 1)]),
+            ["<all>"], {1: "k"}, now)
+    tot.finish()
+    assert (tot.untimed, tot.before, tot.impossible) == (2, 2, 0)
+    assert tot.all.kernels == 1 and tot.all.kernel_ns == 4000 and tot.all.busy.total() == 4000
+    rec = tot.record(now)
+    assert (rec["untimed"], rec["before"]) == (2, 2)
+
+
 def test_the_kernel_name_table_stops_growing():
     t0 = 10**12
     tot = GA.GpuTotals(t0=t0)

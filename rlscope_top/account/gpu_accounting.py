@@ -36,6 +36,11 @@ TOP_N = 20
 # of kernel names stops growing at a size no real program reaches.
 FUTURE_SLACK_NS = 30_000_000_000
 MAX_DEVICES = 64
+# A record stamped before the first second of uptime: CUPTI gave it no time (0, less the
+# clock offset). CUPTI 12.6u2-13.0 did that to kernels with a timestamp callback; the session
+# start used to drop such records without a count (one candidate for an H200 attach that read
+# 0 kernels and said complete).
+NO_TIME_NS = 1_000_000_000
 MAX_KERNEL_NAMES = 4096
 OTHER_KERNELS = "(other kernels)"
 LIVE_WINDOW_NS = 10_000_000_000     # the screen's "now" figures cover this much ...
@@ -281,6 +286,8 @@ class GpuTotals:
         self.status: dict[str, dict] = {}          # source -> latest gstat record
         self.agent: dict = {}                      # the agent's counters (set by the collector)
         self.impossible = 0                        # records refused for their times or device
+        self.untimed = 0                           # records CUPTI gave no timestamp (NO_TIME_NS)
+        self.before = 0                            # records that ended before t0 (not this session's)
         self.ticks: list[tuple[int, int, int, dict, bool]] = []   # unfinished: (t0, t1, Python on-CPU ns,
         #                                                             op tick, GPU traced the whole tick)
         self.tick_ns = self.traced_tick_ns = 0      # finished ticks, all and traced
@@ -300,19 +307,17 @@ class GpuTotals:
             names: kernel name pointer -> name.
             now: the monitor's clock when they were read; an activity that ends later than
                 this (plus slack), ends before it starts or names an impossible device is
-                counted in ``impossible``, not added.
+                counted in ``impossible``, one without a timestamp in ``untimed``, one that
+                ended before ``t0`` in ``before``; none of them is added.
         """
         if not len(acts):
             return
         _numpy()
-        ok = (acts["end"] >= acts["start"]) & (acts["device"] < MAX_DEVICES)
-        if now is not None:
-            ok &= acts["end"] <= now + FUTURE_SLACK_NS
-        if not ok.all():
-            self.impossible += int((~ok).sum())
-            acts = acts[ok]
+        acts = self._checked(acts, now)
         if self.t0:
-            acts = acts[acts["end"] > self.t0]
+            after = acts["end"] > self.t0
+            self.before += int(len(acts) - after.sum())
+            acts = acts[after]
             acts["start"] = np.maximum(acts["start"], self.t0)
         self._count(self.all, acts)
         for i in np.unique(acts["op"]).tolist():
@@ -369,6 +374,19 @@ class GpuTotals:
     def sync(self, ns: dict[str, int], calls: dict[str, int]) -> None:
         """Cumulative time blocked in synchronize calls, per API."""
         self.sync_ns, self.sync_calls = dict(ns), dict(calls)
+
+    def _checked(self, acts: np.ndarray, now: int | None) -> np.ndarray:
+        """The records with possible times and devices; the others counted in ``untimed``
+        (no timestamp) or ``impossible``."""
+        untimed = (acts["start"] < NO_TIME_NS) | (acts["end"] < NO_TIME_NS)
+        ok = ~untimed & (acts["end"] >= acts["start"]) & (acts["device"] < MAX_DEVICES)
+        if now is not None:
+            ok &= acts["end"] <= now + FUTURE_SLACK_NS
+        if ok.all():
+            return acts
+        self.untimed += int(untimed.sum())
+        self.impossible += int((~ok & ~untimed).sum())
+        return acts[ok]
 
     def counters(self, r: dict, traced: bool = True) -> None:
         """One counters record the collector wrote: the CPU side of a tick (``traced``: the
@@ -469,6 +487,7 @@ class GpuTotals:
             ts, all=self.all.figures(), ops={n: o.figures() for n, o in self.ops.items()},
             devices={str(d): o.figures() for d, o in sorted(self.devices.items())},
             top=[[n, c, t] for n, (c, t) in top], late=self.all.busy.late, clipped=self.all.busy.clipped,
+            untimed=self.untimed, before=self.before,
             overlap={k: int(v) for k, v in overlap.items()},
             op_overlap={n: {k: int(x) for k, x in v.items()} for n, v in op_overlap.items()},
             live=self._live(ts), nvml=self._nvml_out(), sync={"ns": self.sync_ns, "calls": self.sync_calls},

@@ -102,6 +102,7 @@ def figures(gpu: GpuView, cpu: CpuSide) -> dict:
     lost = _lost(tot)
     if have:
         lost["launches_without_kernels"] = unreported_launches(every["kernels"], cuda["launches"])
+        lost["ended_before_the_session"] = foreign_records(tot.get("before", 0), every)
     section = {
         "source": "cupti" if have else "unavailable",
         "mode": (win["mode"] if win else "traced") if have else NA,
@@ -209,7 +210,8 @@ def _lost(tot: dict) -> dict:
     (the H200's context set-up gave 4 such records a run; `late_records` counts them)."""
     a = tot.get("agent") or {}
     return {"dropped_ring_full": a.get("dropped_records", 0), "dropped_by_cupti": a.get("cupti_dropped", 0),
-            "undecodable": a.get("unknown_records", 0) + a.get("undecoded", 0), "late": tot.get("clipped", 0)}
+            "undecodable": a.get("unknown_records", 0) + a.get("undecoded", 0), "late": tot.get("clipped", 0),
+            "without_timestamps": tot.get("untimed", 0)}
 
 
 UNREPORTED_MIN = 1000   # launches the probes must count before a shortfall of kernel records counts
@@ -229,6 +231,20 @@ def unreported_launches(kernels: int, launches: int | None) -> int:
     if not launches or launches < UNREPORTED_MIN or kernels >= launches / 2:
         return 0
     return launches - kernels
+
+
+def foreign_records(before: int, every: dict) -> int:
+    """Records that ended before the session began, when they outnumber its own: 0 otherwise.
+    A few are normal (a previous session's last flush, kernels traced while attaching), so
+    only a majority of at least UNREPORTED_MIN counts: then the target's CUPTI clock and
+    ours disagree, and the records this session made were dropped with them.
+
+    Args:
+        before: records the totals dropped for ending before the session's start.
+        every: the session's figures (kernels, memcpys, memsets counted).
+    """
+    own = every["kernels"] + every["memcpys"] + every["memsets"]
+    return before if before >= UNREPORTED_MIN and before > own else 0
 
 
 def ranges_stopped(doc: dict) -> float | None:

@@ -161,6 +161,7 @@ class GpuSource:
             elif w.due(now):
                 w.gap(self._snap(now))                 # up to the window: nothing is left uncovered
                 if r.command(gpu_region.CMD_START, START_WAIT_S) and r.tracing:
+                    self._clock()
                     w.opened(self._snap(time.monotonic_ns()))
             elif w.open is None:
                 w.gap(self._snap(now))
@@ -307,13 +308,19 @@ class GpuSource:
                              note=f"GPU activity unavailable: {e}")
                 return
             self.joiner = self.joiner or Joiner(op_of=self.col.current_op_name)
-            self.joiner.offset = region.u64("clock_offset_ns") if region.u32("clock") else 0
+            self._clock()
             self._status("cupti", True, "ok", "CUPTI activity on", pid=self.pid,
                          cupti_version=region.u32("cupti_version"))
             self._said_none = True
             return
         level = "info" if code in ("no_driver", "no_gpu") else "warn"
         self._status("cupti", False, code, _say(code, msg), level=level, note=f"GPU activity unavailable: {_say(code, msg)}")
+
+    def _clock(self) -> None:
+        """CUPTI's clock against ours, as the agent measured it at this start (each window's
+        start measures it again; the last window's records were all taken at its stop)."""
+        r = self.region
+        self.joiner.offset = r.u64("clock_offset_ns") if r.u32("clock") else 0
 
     def _take(self, now: int, final: bool = False) -> None:
         r = self.region

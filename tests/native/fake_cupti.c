@@ -26,7 +26,7 @@
 static CUpti_BuffersCallbackRequestFunc req_cb;
 static CUpti_BuffersCallbackCompleteFunc done_cb;
 static CUpti_TimestampCallbackFunc ts_cb;
-static int enabled[64], rt_api[1024], rt_kind, subscribed, other_subscriber, fail_enable;
+static int enabled[64], rt_api[1024], rt_kind, subscribed, other_subscriber, fail_enable, untimed;
 static uint32_t period_ms, flush_hold_ms;
 static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER, drained = PTHREAD_COND_INITIALIZER;
@@ -148,8 +148,8 @@ EXPORT void fake_cupti_kernels(uint32_t n, uint64_t dur_ns, uint32_t name_id) {
             continue;
         uint64_t start = gpu_clock > t + 5000 ? gpu_clock : t + 5000;    /* launch latency 5 us */
         k->kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
-        k->start = start;
-        k->end = start + dur_ns;
+        k->start = untimed ? 0 : start;       /* 0: what CUPTI 12.6u2-13.0 gave with a timestamp callback */
+        k->end = untimed ? 0 : start + dur_ns;
         k->completed = k->end;
         k->deviceId = 0;
         k->contextId = 1;
@@ -212,6 +212,8 @@ EXPORT void fake_cupti_configure(int busy_subscriber, int enable_error) {
 
 /* Each flush then takes `ms` more once it has delivered: a command in flight when the process exits. */
 EXPORT void fake_cupti_flush_hold(uint32_t ms) { flush_hold_ms = ms; }
+
+EXPORT void fake_cupti_untimed(int on) { untimed = on; }
 
 EXPORT uint64_t fake_cupti_emitted(void) { return emitted; }
 

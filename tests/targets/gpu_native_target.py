@@ -6,7 +6,8 @@ agent (probes/librlscope_gpu.so). Then it obeys lines on stdin, answering each w
 line: ``kernels N DUR_NS NAME_ID``, ``memcpy N BYTES``, ``memset N BYTES``, ``cudart N``
 (N real cudaLaunchKernel calls into the CUDA runtime wheel, each with its kernel record),
 ``sync N`` (N real cudaDeviceSynchronize calls),
-``flush_hold MS`` (each CUPTI flush then takes MS more), ``fork_exit`` (ms a forked
+``flush_hold MS`` (each CUPTI flush then takes MS more), ``untimed 0|1`` (kernel records
+with zero timestamps, as CUPTI 12.6u2-13.0 gave them), ``fork_exit`` (ms a forked
 child takes to exit through its atexit hooks), ``threads`` (its thread count),
 ``tid``, ``load AGENT`` (load the agent now: one that comes after attach), ``exit``.
 
@@ -72,6 +73,9 @@ for line in sys.stdin:
         out = ",".join(map(str, sorted({cudart.cudaDeviceSynchronize() for _ in range(a[0])})))
     elif cmd == "flush_hold":
         cupti.fake_cupti_flush_hold(a[0])
+        out = "ok"
+    elif cmd == "untimed":
+        cupti.fake_cupti_untimed(a[0])
         out = "ok"
     elif cmd == "fork_exit":                     # a child that exits through its atexit hooks
         t0 = time.monotonic()
