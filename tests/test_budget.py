@@ -56,6 +56,34 @@ def test_the_samplers_cpu_counts_in_the_total():
     assert d.mode == "off"                                              # 1.5 + 2.5 > 3.25
 
 
+def test_one_window_takes_every_step_its_costs_call_for():
+    """Two categories over budget: both steps come from the same window (the second waited a
+    window at full cost before, ~0.3 s apart on an H200 launch loop), and no more than needed."""
+    b = Budget(5.0)
+    b.update(0.0, [0, 0, 0], PROBES, {})
+    d = b.update(1.0, [100_000, 100_000, 30_000], PROBES, {})          # 20% backend + 6% simulator
+    assert d.category == 1 and d.mode == "off"
+    d2 = b.then(d, {1: "off"})
+    assert d2.category == 2 and d2.mode == "count" and abs(d2.overhead_pct - 6.0) < 1e-9   # 3% left fits
+    assert b.then(d2, {1: "off", 2: "count"}) is None
+    b = Budget(5.0)
+    b.update(0.0, [0, 0, 0], PROBES, {})
+    d = b.update(1.0, [100_000, 100_000, 1_000], PROBES, {})           # 20% backend + 0.2%
+    assert d.category == 1 and b.then(d, {1: "off"}) is None           # one step is enough
+    b.reset()
+    assert b.then(d, {1: "off"}) is None                                # a forgotten window plans nothing
+
+
+def test_the_gpu_in_windows_is_priced_at_half_the_budget_for_the_next_step():
+    b = Budget(5.0)
+    b.update(0.0, [0, 0, 0], PROBES, {}, {"gpu": (0, True)})
+    d = b.update(1.0, [40_000, 40_000, 0], PROBES, {}, {"gpu": (150_000_000, True)})   # GPU 15%, backend 8%
+    assert d.category == "gpu" and d.mode == "windowed"
+    d2 = b.then(d, {})                                                   # 2.5% + 8% still over
+    assert d2.category == 1 and d2.mode == "off" and abs(d2.overhead_pct - 10.5) < 1e-9
+    assert b.then(d2, {1: "off"}) is None
+
+
 # ids 3 and 4: a range's begin and end (1000 ns/hit each), kept on in every category mode
 RANGES = [(3, 1, 1000), (4, 1, 1000)]
 LEVERS = {3: "torch ranges", 4: "torch ranges"}
@@ -67,6 +95,16 @@ def test_an_always_on_lever_over_its_share_is_stopped_even_under_budget():
     d = b.update(1.0, [0, 0, 0, 5_570, 5_570], PROBES + RANGES, {1: "off"}, always_on=LEVERS)
     assert d.category == "torch ranges" and d.mode == "stopped"       # 1.114% > 20% of 5%
     assert abs(d.category_pct - 1.114) < 1e-9 and abs(b.last_pct - 1.114) < 1e-9
+
+
+def test_a_stopped_lever_and_a_category_step_come_from_one_window():
+    b = Budget(5.0)
+    b.update(0.0, [0] * 5, PROBES + RANGES, {}, always_on=LEVERS)
+    d = b.update(1.0, [50_000, 50_000, 0, 10_000, 10_000], PROBES + RANGES, {}, always_on=LEVERS)
+    assert d.category == "torch ranges" and d.mode == "stopped"       # 2% > 20% of 5%
+    d2 = b.then(d, {})
+    assert d2.category == 1 and d2.mode == "off"                       # 10% backend, the ranges gone
+    assert b.then(d2, {1: "off"}) is None
 
 
 def test_a_rare_always_on_lever_stays_and_is_not_its_categorys_saving():
@@ -212,3 +250,23 @@ def test_a_window_opens_short_once_ticks_are_placed_by_call_site():
                            _ticks_by_site=lambda: True)
     assert windows.BudgetLoop._sample(loop, 100.0) is True
     assert loop._samples[1]["until"] == pytest.approx(100.0 + windows.MIN_WINDOW_S)
+
+
+def test_the_collector_takes_every_step_of_one_window_in_one_tick():
+    from types import SimpleNamespace
+
+    from rlscope_top.collect import windows
+
+    attached = [SimpleNamespace(id=i, spec=SimpleNamespace(category=c), cost_ns=ns, parts=True) for i, c, ns in PROBES]
+    probes = SimpleNamespace(attached=attached, modes={}, always_on=lambda: {})
+    taken = []
+
+    def take(d, now):
+        taken.append((d.category, d.mode))
+        probes.modes[d.category] = d.mode
+
+    loop = SimpleNamespace(probes=probes, sources=[], budget=Budget(5.0), _write_counters=lambda c: None,
+                           _counters=lambda: None, _take_step=take)
+    assert windows.BudgetLoop._apply_budget(loop, 0.0, [0, 0, 0]) is False
+    assert windows.BudgetLoop._apply_budget(loop, 1.0, [100_000, 100_000, 30_000]) is True
+    assert taken == [(1, "off"), (2, "count")]

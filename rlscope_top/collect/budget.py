@@ -10,7 +10,8 @@ the total is above the budget, the category whose probes cost most is made cheap
 timed -> count (exit probes removed; calls and transitions stay exact, time becomes
 estimated) -> off (no probes; calls and time estimated from the rates measured
 before). It goes straight to off when counting alone would still be over budget.
-Steps are never undone within a session.
+A window whose costs, less the step, are still over budget takes the next step at once
+(``Budget.then``), not a window later. Steps are never undone within a session.
 
 The stack sampler's own CPU counts too (``fixed_pct``: no step lowers it; it halves its own
 rate when it uses more than half the budget). Choosing between count and off, the costs that
@@ -63,10 +64,12 @@ class Budget:
         self._last_extra: dict[str, int] = {}
         self.last_pct = 0.0
         self.fixed_pct = 0.0    # costs no step can lower (the stack sampler's CPU), % of wall time
+        self._window: tuple | None = None   # the last priced window's costs, for ``then``
 
     def reset(self) -> None:
         """Forget the current window (after a sample window whose cost is planned)."""
         self._last_ts = None
+        self._window = None
 
     def update(self, now_s: float, hits: list[int], probes: list[tuple[int, int, int]],
                modes: dict[int, str], extra: dict[str, tuple[int, bool]] | None = None,
@@ -95,7 +98,35 @@ class Budget:
         self._last_extra = {k: v for k, (v, _) in extra.items()}
         total_pct = 100 * (sum(per_cat.values()) + sum(levers.values())) / (dt * 1e9) + self.fixed_pct
         self.last_pct = total_pct
+        self._window = (dt, per_cat, levers, dict(extra))
         return self._step(dt, total_pct, per_cat, levers, modes, extra)
+
+    def then(self, d: Decision, modes: dict[int, str]) -> Decision | None:
+        """The next step the same window calls for once ``d`` is taken, or None when ``d``
+        brings its cost under the budget. A window over budget in two categories stepped one,
+        then waited a window (0.25 s at full cost) to see the other: on an H200 launch loop,
+        Backend then CUDA API ~0.3 s apart.
+
+        Args:
+            d: the step just taken (from ``update`` or an earlier ``then``).
+            modes: the categories' modes with ``d`` taken.
+        """
+        if self._window is None:
+            return None
+        dt, per_cat, levers, extra = self._window
+        ns = dt * 1e9
+        if d.mode == "stopped":
+            levers.pop(d.category, None)
+        elif isinstance(d.category, str):       # a source in windows: about half the budget
+            per_cat[d.category] = min(per_cat.get(d.category, 0.0), 0.5 * self.max_pct / 100 * ns)
+            extra[d.category] = (extra.get(d.category, (0, False))[0], False)
+        else:
+            per_cat[d.category] = per_cat.get(d.category, 0.0) * (COUNT_KEEPS if d.mode == "count" else 0.0)
+        total_pct = 100 * (sum(per_cat.values()) + sum(levers.values())) / ns + self.fixed_pct
+        nxt = self._step(dt, total_pct, per_cat, levers, modes, extra)
+        if nxt is None:
+            self._window = None
+        return nxt
 
     def _costs_since(self, hits: list[int], probes: list[tuple[int, int, int]],
                      extra: dict[str, tuple[int, bool]], always_on: dict[int, str]) -> tuple[dict, dict]:

@@ -33,6 +33,7 @@ COUNT_WINDOW_S = 0.03   # the first one, entries only: the traps run from attach
                         # loop's speed went in the ~0.2 s that the first decision took after it) ...
 COUNT_MIN_S = 0.008     # ... or shorter, once it holds COUNT_ENOUGH hits: the tiny-op loop ran at
 COUNT_ENOUGH = 2000     # 0.72 of its speed for the whole 30 ms, and has ~2.6k hits in 8 ms
+MAX_STEPS_A_WINDOW = 4  # every step one window's costs call for, at once (categories, the GPU, a lever)
 FIRST_RETIME_S = (1.0, 1.5)   # a category stepped down there has no timed window at all: its first
                               # one comes this soon (s after the step), not a whole period later
 
@@ -186,25 +187,32 @@ class BudgetLoop:
             self._sample(now)
 
     def _apply_budget(self, now: float, hits: list[int]) -> bool:
-        """Feed the budget; take the step it asks for. Returns whether one was taken."""
+        """Feed the budget; take the steps it asks for, all those one window's costs call for
+        (``Budget.then``). Returns whether one was taken."""
         probes = [(a.id, a.spec.category, a.cost_ns) for a in self.probes.attached if a.parts]
         extra = {s.name: (s.cost_ns(), s.can_degrade()) for s in self.sources if hasattr(s, "cost_ns")}
         d = self.budget.update(now, hits, probes, self.probes.modes, extra, self.probes.always_on())
         if d is None:
             return False
         self._write_counters(self._counters())   # the figures as of the step: the estimates start here
+        for _ in range(MAX_STEPS_A_WINDOW):
+            self._take_step(d, now)
+            d = self.budget.then(d, self.probes.modes)
+            if d is None:
+                break
+        return True
+
+    def _take_step(self, d, now: float) -> None:
         if d.mode == "stopped":
             self._stop_lever(d)
-            return True
-        if isinstance(d.category, str):      # a source (the GPU agent) is the costly part
+        elif isinstance(d.category, str):      # a source (the GPU agent) is the costly part
             src = next(s for s in self.sources if getattr(s, "name", None) == d.category)
             how = src.degrade(d)
             self.ring.write(R.mode(time.monotonic_ns(), d.category, "windowed", d.overhead_pct, self.budget.max_pct))
             self.note("warn", f"overhead {d.overhead_pct:.1f}% > budget {self.budget.max_pct:g}%: "
                               f"{d.category} ({d.category_pct:.1f}%) -> {how}")
-            return True
-        self._step_category(d, now)
-        return True
+        else:
+            self._step_category(d, now)
 
     def _step_category(self, d, now: float, untimed: bool = False) -> None:
         """Step a category down to the decision's mode, straight from timed to off where counting
