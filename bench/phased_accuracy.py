@@ -3,7 +3,10 @@ do, with what the tests do not print: per session, our shares against the unprob
 per call, the target's own clock unprobed and probed against our corrected time per call
 (docs/accuracy.md, "Where the exact mode's lost simulator time goes").
 
-usage: sudo .venv/bin/python bench/phased_accuracy.py [--mode exact|default] [--sessions 2]
+``--mode control`` attaches nothing: the same 10 s window with no monitor, and the target's time
+per call inside it over outside it, for how far the host alone moves the truth.
+
+usage: sudo .venv/bin/python bench/phased_accuracy.py [--mode exact|default|control] [--sessions 2]
 """
 
 from __future__ import annotations
@@ -41,10 +44,16 @@ def session(tmp: str, simlib: str, calib: str, mode: str, i: int) -> tuple[dict,
     time.sleep(2.0)
     b1 = time.monotonic_ns()
     summary = os.path.join(tmp, f"s{i}.json")
-    extra = ["--max-overhead", "100"] if mode == "exact" else ["--op", "collect=collect", "--op", "update=update"]
-    subprocess.run([PY, "-m", "rlscope_top.cli", "attach", str(t.pid), "--headless", "--summary", summary,
-                    "--sim-lib", f"{simlib}:sim_work", "--duration", "10", *extra], cwd=REPO, capture_output=True,
-                   env={**os.environ, "RLSCOPE_CALIBRATION": calib}, check=True)
+    if mode == "control":                # the window with nothing attached
+        w0 = time.monotonic_ns()
+        time.sleep(10.0)
+        with open(summary, "w") as f:
+            json.dump({"window": {"t0_monotonic_ns": w0, "t1_monotonic_ns": time.monotonic_ns()}}, f)
+    else:
+        extra = ["--max-overhead", "100"] if mode == "exact" else ["--op", "collect=collect", "--op", "update=update"]
+        subprocess.run([PY, "-m", "rlscope_top.cli", "attach", str(t.pid), "--headless", "--summary", summary,
+                        "--sim-lib", f"{simlib}:sim_work", "--duration", "10", *extra], cwd=REPO, capture_output=True,
+                       env={**os.environ, "RLSCOPE_CALIBRATION": calib}, check=True)
     a0 = time.monotonic_ns()
     time.sleep(2.0)
     t.send_signal(signal.SIGTERM)
@@ -81,7 +90,7 @@ def target_calls(s: dict, items: list, kind: str) -> int:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--mode", choices=("exact", "default"), default="exact")
+    ap.add_argument("--mode", choices=("exact", "default", "control"), default="exact")
     ap.add_argument("--sessions", type=int, default=2)
     ap.add_argument("--calibration", help="a calibration file to use (made there if missing)")
     ap.add_argument("--keep", help="copy each session's summary here (s<i>.json)")
@@ -92,7 +101,7 @@ def main() -> None:
         simlib, calib = os.path.join(tmp, "libtoysim.so"), args.calibration or os.path.join(tmp, "calibration.json")
         subprocess.run(["gcc", "-O1", *args.cflags.split(), "-shared", "-fPIC", "-o", simlib, os.path.join(REPO, "tests/native/simlib.c")],
                        check=True)
-        if not os.path.exists(calib):
+        if not os.path.exists(calib) and args.mode != "control":
             subprocess.run([PY, "-m", "rlscope_top.cli", "calibrate"], cwd=REPO, check=True, capture_output=True,
                            env={**os.environ, "RLSCOPE_CALIBRATION": calib})
         for i in range(args.sessions):
@@ -100,6 +109,10 @@ def main() -> None:
             if args.keep:
                 os.makedirs(args.keep, exist_ok=True)
                 shutil.copy(os.path.join(tmp, f"s{i}.json"), args.keep)
+            if args.mode == "control":
+                print(f"control {i}: per call, inside the window over outside it: " + "  ".join(
+                    f"{k} {p / u:.3f}x" for k, (u, p) in ((k, target_clock(s, items, k)) for k in CATS)))
+                continue
             truth = unprobed_shares(items, spans)
             before, after = unprobed_shares(items, spans[:1]), unprobed_shares(items, spans[1:])
             print(f"   truth before / after: " + "  ".join(
