@@ -96,7 +96,7 @@ class Budget:
         per_cat, levers = self._costs_since(hits, probes, extra, always_on)
         self._last_ts, self._last_hits = now_s, list(hits)
         self._last_extra = {k: v for k, (v, _) in extra.items()}
-        total_pct = 100 * (sum(per_cat.values()) + sum(levers.values())) / (dt * 1e9) + self.fixed_pct
+        total_pct = self._total_pct(dt, per_cat, levers)
         self.last_pct = total_pct
         self._window = (dt, per_cat, levers, dict(extra))
         return self._step(dt, total_pct, per_cat, levers, modes, extra)
@@ -114,19 +114,21 @@ class Budget:
         if self._window is None:
             return None
         dt, per_cat, levers, extra = self._window
-        ns = dt * 1e9
         if d.mode == "stopped":
             levers.pop(d.category, None)
         elif isinstance(d.category, str):       # a source in windows: about half the budget
-            per_cat[d.category] = min(per_cat.get(d.category, 0.0), 0.5 * self.max_pct / 100 * ns)
+            per_cat[d.category] = min(per_cat.get(d.category, 0.0), 0.5 * self.max_pct / 100 * dt * 1e9)
             extra[d.category] = (extra.get(d.category, (0, False))[0], False)
         else:
             per_cat[d.category] = per_cat.get(d.category, 0.0) * (COUNT_KEEPS if d.mode == "count" else 0.0)
-        total_pct = 100 * (sum(per_cat.values()) + sum(levers.values())) / ns + self.fixed_pct
-        nxt = self._step(dt, total_pct, per_cat, levers, modes, extra)
+        nxt = self._step(dt, self._total_pct(dt, per_cat, levers), per_cat, levers, modes, extra)
         if nxt is None:
             self._window = None
         return nxt
+
+    def _total_pct(self, dt: float, per_cat: dict, levers: dict) -> float:
+        """A window's costs as % of its wall time, the sampler's fixed share included."""
+        return 100 * (sum(per_cat.values()) + sum(levers.values())) / (dt * 1e9) + self.fixed_pct
 
     def _costs_since(self, hits: list[int], probes: list[tuple[int, int, int]],
                      extra: dict[str, tuple[int, bool]], always_on: dict[int, str]) -> tuple[dict, dict]:
