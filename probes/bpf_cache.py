@@ -26,6 +26,7 @@ import json
 import os
 import re
 import signal
+import time
 
 import msgpack
 
@@ -37,6 +38,7 @@ DEFAULT_DIR = "/var/cache/rlscope-top"
 KEEP = 32                                   # cache files kept (newest first)
 MAX_FILE = 16 << 20
 BPF_MAP_CREATE, BPF_PROG_LOAD, BPF_OBJ_GET_INFO_BY_FD = 0, 5, 15
+LOG_STATS = 4                               # BPF_LOG_STATS: only the verifier's totals in the log
 LD_IMM64 = 0x18                             # BPF_LD | BPF_IMM | BPF_DW: two instructions
 MAP_REFS = (1, 2)                           # src_reg BPF_PSEUDO_MAP_FD, BPF_PSEUDO_MAP_VALUE
 AUTOLOAD = (b"tracepoint__", b"raw_tracepoint__")   # bcc attaches these itself; we replay it
@@ -362,6 +364,7 @@ def cached_bpf_class():
             self.debug = 0
             self._rec = rec
             self._map_fds: list[int] = []
+            self.verified: dict[str, tuple[int, float]] = {}   # program -> (instructions verified, seconds)
             self.module = _Module(rec["maps"])
             atexit.register(self.cleanup)
             try:
@@ -393,8 +396,8 @@ def cached_bpf_class():
             code = bytearray(f["code"])
             for i, mi in f["refs"]:
                 code[8 * i + 4:8 * i + 8] = self._map_fds[mi].to_bytes(4, "little", signed=True)
-            fd = _load_prog(prog_type, func_name, bytes(code), self._rec["license"],
-                            self._rec["kern_version"], attach_type)
+            fd, self.verified[func_name.decode()] = _load_prog(
+                prog_type, func_name, bytes(code), self._rec["license"], self._rec["kern_version"], attach_type)
             fn = bcc.BPF.Function(self, func_name, fd)
             self.funcs[func_name] = fn
             return fn
@@ -431,34 +434,43 @@ def _create_map(m: dict) -> int:
     return _bpf(BPF_MAP_CREATE, attr)
 
 
-def _load_prog(prog_type: int, name: bytes, code: bytes, license: bytes, kern_version: int, attach_type: int) -> int:
-    """bpf(BPF_PROG_LOAD); a refusal raises with the verifier's last line."""
+def _load_prog(prog_type: int, name: bytes, code: bytes, license: bytes, kern_version: int,
+               attach_type: int) -> tuple[int, tuple[int, float]]:
+    """bpf(BPF_PROG_LOAD): the program's fd, and what the verifier did (instructions it
+    processed, seconds). A refusal raises with the verifier's last line."""
     insns = ct.create_string_buffer(code, len(code))
     lic = ct.create_string_buffer(license)
     log = ct.create_string_buffer(1 << 16)
-    for level in (0, 1):
+    for level in (LOG_STATS, 1):
         attr = _attr()
         _put(attr, 0, prog_type, 4)
         _put(attr, 4, len(code) // 8, 4)
         _put(attr, 8, ct.addressof(insns), 8)
         _put(attr, 16, ct.addressof(lic), 8)
-        if level:
-            _put(attr, 24, 1, 4)
-            _put(attr, 28, len(log), 4)
-            _put(attr, 32, ct.addressof(log), 8)
+        _put(attr, 24, level, 4)
+        _put(attr, 28, len(log), 4)
+        _put(attr, 32, ct.addressof(log), 8)
         _put(attr, 40, kern_version, 4)
         short = re.sub(rb"[^A-Za-z0-9_.]", b"_", name)[:15]
         ct.memmove(ct.addressof(attr) + 48, short, len(short))     # prog_name[16]
         if attach_type >= 0:
             _put(attr, 68, attach_type, 4)                          # expected_attach_type
         try:
-            return _prog_load(attr)
+            t0 = time.perf_counter()
+            fd = _prog_load(attr)
+            return fd, (_processed(log.value), time.perf_counter() - t0)
         except OSError as e:
-            if level:
+            if level == 1:
                 said = [ln for ln in log.value.decode(errors="replace").splitlines() if ln.strip()]
                 raise Exception(f"Failed to load BPF program {name.decode()}: {e.strerror}"
                                 f"{': ' + said[-1] if said else ''}") from None
     raise AssertionError("unreachable")
+
+
+def _processed(log: bytes) -> int:
+    """The instructions the verifier processed, from its statistics line (0: not said)."""
+    m = re.search(rb"processed (\d+) insns", log)
+    return int(m.group(1)) if m else 0
 
 
 def _prog_load(attr) -> int:
@@ -478,8 +490,6 @@ def warm() -> str:
     """Load the program a default attach uses, compiling and keeping it if it is not kept yet
     (scripts/setup.sh runs this, so that even the first attach skips the compile). The loader
     does the work, so the text is the one an attach asks for. Returns one line."""
-    import time  # noqa: PLC0415
-
     from . import catalog  # noqa: PLC0415
     from .loader import ProbeSet  # noqa: PLC0415 - the loader imports this module
 

@@ -30,6 +30,7 @@ DRAIN_BUDGET_S = _env_s("RLSCOPE_DRAIN_BUDGET_S", 0.1)   # monitor time one drai
                                                          # take (the variable: a test makes it lag)
 NTICK = 7       # on-CPU ticks per thread: Python (its frames read: bpf_program.c site_where), a probed category (1-3), other user code, kernel, a probe's trap
 NRANGES = 64    # executable mappings the tick can tell apart
+RANGE_NONE = 1 << 62   # an unused slot's start, above every user address (bpf_program.c)
 EV_RANGE_BEGIN, EV_RANGE_END, EV_THREAD_EXIT = 1, 2, 3
 UNNAMED_RANGE = "(ranges past the kernel's 1,024 names)"   # bpf_program.c range_ids is full
 EV_ENTER, EV_EXIT, EV_ON, EV_OFF, EV_NEW, EV_OP, EV_CLOSE = 5, 6, 7, 8, 9, 10, 11
@@ -364,10 +365,14 @@ def _fw_counters(f) -> dict:
 
 
 def _rangeset(table, ranges: list[tuple[int, int, int]]):
-    """A ``struct rangeset`` leaf of ``table`` holding (start, end, category) ranges."""
+    """A ``struct rangeset`` leaf of ``table`` holding (start, end, category) ranges, sorted by
+    start, the unused slots starting at RANGE_NONE: the tick finds an address by halving
+    (bpf_program.c ip_where), which needs both."""
     leaf = table.Leaf()
-    leaf.n = min(len(ranges), NRANGES)
-    for i, (a, b, cat) in enumerate(ranges[:NRANGES]):
+    kept = sorted(ranges[:NRANGES])
+    leaf.n = len(kept)
+    for i in range(NRANGES):
+        a, b, cat = kept[i] if i < len(kept) else (RANGE_NONE, RANGE_NONE, 0)
         leaf.r[i].start, leaf.r[i].end, leaf.r[i].cat = a, b, cat
     return leaf
 

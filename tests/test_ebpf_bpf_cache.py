@@ -50,6 +50,9 @@ def test_second_attach_loads_the_kept_program_and_counts_the_same(ebpf, target, 
     prog = second["probes"]["program"]
     steps = [prog[k] for k in ("load_s", "attach_s", "priced_s", "sampler_s", "sources_s", "ready_s")]
     assert steps == sorted(steps) and steps[0] > 0
+    # the verifier's part of the cached load, from its statistics (a compile's load does not say)
+    assert 0 < prog["verifier"]["s"] < prog["ready_s"] and prog["verifier"]["insns"] > 1000
+    assert "verifier" not in first["probes"]["program"]
     # the attach's start ran niced (start_priority.py); the compile's own steps took over from it
     assert prog["niced"]["nice"][0] == start_priority.STEPS[0][1] and prog["niced"]["for_s"] > 0
     assert first["probes"]["program"]["niced"]["for_s"] < first["probes"]["program"]["load_s"]
@@ -162,6 +165,31 @@ def test_loaded_record_serves_tables_and_programs(kept_record):
             b.load_func("no_such_function", bcc.BPF.KPROBE)
     finally:
         b.cleanup()
+
+
+# What the verifier may walk per program of a default attach. Before the sync loops lost
+# depth_sync and the branches in advance/cur_cat, and ip_where its scan of 64 ranges, these
+# read 48-100k each (on_tick 99,690; sched_switch 73,332), ~0.5 s of a cached load on the AMD
+# VM; now 9-17k (docs/overhead.md, "The verifier"). A branch added to the hot path shows here.
+VERIFY_MAX = 30_000
+DEFAULT_ATTACH = {"tracepoint__sched__sched_switch": None, "on_tick": "PERF_EVENT", "pys_tick": "PERF_EVENT",
+                  "pys_switch": "TRACEPOINT", "g_enter": "KPROBE", "g_exit_entry": "KPROBE", "g_exit_ret": "KPROBE"}
+
+
+def test_each_program_of_a_default_attach_verifies_within_its_budget(kept_record):
+    import bcc
+
+    bpf_cache, text, _ = kept_record
+    b = bpf_cache.load(text)
+    try:
+        for fn, kind in DEFAULT_ATTACH.items():
+            if kind:                                      # the tracepoints load with the record
+                b.load_func(fn, getattr(bcc.BPF, kind))
+        walked = {fn: b.verified[fn][0] for fn in DEFAULT_ATTACH}
+    finally:
+        b.cleanup()
+    assert all(n > 0 for n in walked.values()), walked    # the statistics line was read
+    assert max(walked.values()) <= VERIFY_MAX, walked
 
 
 def test_signals_during_the_load_neither_fail_it_nor_drop_the_record(kept_record):

@@ -92,6 +92,7 @@ class Collector(OperationSources, BudgetLoop, RecordBuilder):
         self.mark_attach_step("load_s")
         self.cost.probes_in()
         self._attach()
+        self.probes_at_attach = self.probes.n_probes()   # the first budget window may change them at once
         self.cost.begin()
         self.mark_attach_step("attach_s")
         self._last_scan = self._last_meta = time.monotonic()
@@ -116,6 +117,7 @@ class Collector(OperationSources, BudgetLoop, RecordBuilder):
         self._forget_gone()   # the children, for waits
         self.processes.waits.start()
         self._settle()
+        self._note_verifier()
         self.mark_attach_step("ready_s")
         self.ring.write(self._meta())        # with the whole attach's steps
 
@@ -171,6 +173,14 @@ class Collector(OperationSources, BudgetLoop, RecordBuilder):
         mapped = sorted(mapped_files(self.pid))
         for group in waiting:
             self.note("warn", not_mapped_note(group.removeprefix("sim:"), mapped))
+
+    def _note_verifier(self) -> None:
+        """What the kernel's verifier did for the kept program's loads so far (seconds and
+        instructions walked): most of a cached load's time (docs/overhead.md, "The verifier")."""
+        verified = getattr(self.probes.bpf, "verified", None)
+        if verified:
+            self.program["verifier"] = {"s": round(sum(s for _, s in verified.values()), 3),
+                                        "insns": sum(n for n, _ in verified.values())}
 
     def mark_attach_step(self, step: str) -> None:
         """Where attach time goes: seconds from the load's start to the end of ``step``, in the

@@ -298,7 +298,9 @@ def _session(opts: Options, stop_reason: Callable[[], str | None], on_tick, read
         if opts.on_attached:
             opts.on_attached()
         groups = ", ".join(collector.probes.groups) or "no known libraries yet"
-        notify("status", f"attached to PID {opts.pid} ({collector.probes.n_probes()} probes: {groups}); ring {ring.path}")
+        n0, n = collector.probes_at_attach, collector.probes.n_probes()
+        now = f", {n} after the overhead budget's first window" if n != n0 else ""
+        notify("status", f"attached to PID {opts.pid} ({n0} probes: {groups}{now}); ring {ring.path}")
         exporter = _Exporter(opts, notify)
         stack.callback(exporter.stop)
         reason = _loop(opts, collector, reader, books, stop_reason, exporter.ticked(on_tick, reader))
