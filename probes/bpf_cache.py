@@ -437,19 +437,21 @@ def _create_map(m: dict) -> int:
 def _load_prog(prog_type: int, name: bytes, code: bytes, license: bytes, kern_version: int,
                attach_type: int) -> tuple[int, tuple[int, float]]:
     """bpf(BPF_PROG_LOAD): the program's fd, and what the verifier did (instructions it
-    processed, seconds). A refusal raises with the verifier's last line."""
+    processed, seconds; 0 where the kernel has no statistics log, before 5.2). A refusal
+    raises with the verifier's last line."""
     insns = ct.create_string_buffer(code, len(code))
     lic = ct.create_string_buffer(license)
     log = ct.create_string_buffer(1 << 16)
-    for level in (LOG_STATS, 1):
+    for level in (LOG_STATS, 0, 1):
         attr = _attr()
         _put(attr, 0, prog_type, 4)
         _put(attr, 4, len(code) // 8, 4)
         _put(attr, 8, ct.addressof(insns), 8)
         _put(attr, 16, ct.addressof(lic), 8)
-        _put(attr, 24, level, 4)
-        _put(attr, 28, len(log), 4)
-        _put(attr, 32, ct.addressof(log), 8)
+        if level:                      # a log buffer without a level is refused (EINVAL)
+            _put(attr, 24, level, 4)
+            _put(attr, 28, len(log), 4)
+            _put(attr, 32, ct.addressof(log), 8)
         _put(attr, 40, kern_version, 4)
         short = re.sub(rb"[^A-Za-z0-9_.]", b"_", name)[:15]
         ct.memmove(ct.addressof(attr) + 48, short, len(short))     # prog_name[16]
