@@ -12,7 +12,6 @@ program is loaded with bpf(2) ``--loads`` times with the verifier's statistics o
 from __future__ import annotations
 
 import argparse
-import ctypes as ct
 import os
 import statistics
 import subprocess
@@ -45,21 +44,13 @@ def _text_at(rev: str | None) -> str:
     return text
 
 
-def _load_stats(code: bytes, prog_type: int) -> tuple[int, float]:
-    from rlscope_top.probes.bpf_cache import LOG_STATS, _processed, _prog_load  # noqa: PLC0415
-    from rlscope_top.probes.uprobe_multi import _attr, _put  # noqa: PLC0415
+def _load_stats(name: str, code: bytes, prog_type: int) -> tuple[int, float]:
+    """One load as the kept program's loader does it: (instructions walked, seconds)."""
+    from rlscope_top.probes.bpf_cache import _load_prog  # noqa: PLC0415
 
-    insns, lic, log = ct.create_string_buffer(code, len(code)), ct.create_string_buffer(b"GPL"), \
-        ct.create_string_buffer(1 << 16)
-    attr = _attr()
-    for off, v, n in ((0, prog_type, 4), (4, len(code) // 8, 4), (8, ct.addressof(insns), 8),
-                      (16, ct.addressof(lic), 8), (24, LOG_STATS, 4), (28, len(log), 4), (32, ct.addressof(log), 8)):
-        _put(attr, off, v, n)
-    t0 = time.perf_counter()
-    fd = _prog_load(attr)
-    took = time.perf_counter() - t0
+    fd, stats = _load_prog(prog_type, name.encode(), code, b"GPL", 0, -1)
     os.close(fd)
-    return _processed(log.value), took
+    return stats
 
 
 def measure(text: str, loads: int) -> dict[str, tuple[int, int, float]]:
@@ -71,7 +62,7 @@ def measure(text: str, loads: int) -> dict[str, tuple[int, int, float]]:
         out = {}
         for name, kind in PROGRAMS:
             code = b.dump_func(name)
-            runs = [_load_stats(code, getattr(bcc.BPF, kind)) for _ in range(loads)]
+            runs = [_load_stats(name, code, getattr(bcc.BPF, kind)) for _ in range(loads)]
             out[name] = (len(code) // 8, runs[0][0], statistics.median(s for _, s in runs))
         return out
     finally:
