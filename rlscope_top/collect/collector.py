@@ -92,7 +92,7 @@ class Collector(OperationSources, BudgetLoop, RecordBuilder):
         self.mark_attach_step("load_s")
         self.cost.probes_in()
         self._attach()
-        self.probes_at_attach = self.probes.n_probes()   # the first budget window may change them at once
+        self.probes_at_attach = self.probes.n_probes()   # the budget's first windows may change them at once
         self.cost.begin()
         self.mark_attach_step("attach_s")
         self._last_scan = self._last_meta = time.monotonic()

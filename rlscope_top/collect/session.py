@@ -299,7 +299,7 @@ def _session(opts: Options, stop_reason: Callable[[], str | None], on_tick, read
             opts.on_attached()
         groups = ", ".join(collector.probes.groups) or "no known libraries yet"
         n0, n = collector.probes_at_attach, collector.probes.n_probes()
-        now = f", {n} after the overhead budget's first window" if n != n0 else ""
+        now = f", {n} after the overhead budget's first windows" if n != n0 else ""
         notify("status", f"attached to PID {opts.pid} ({n0} probes: {groups}{now}); ring {ring.path}")
         exporter = _Exporter(opts, notify)
         stack.callback(exporter.stop)
