@@ -268,3 +268,30 @@ def test_the_screens_g_key_path_injects_mid_session(ebpf, gpu_native, tmp_path, 
         t.close()
     s = box["s"]
     assert s["gpu"]["source"] == "cupti" and s["gpu"]["kernels"] == 23, s["gpu"]
+
+
+def test_a_job_with_no_gpu_to_time_gets_one_short_line_not_the_agents_how_to(ebpf, gpu_native, target, monitor):
+    """Attach to a CPU-only process on a machine with no NVIDIA driver: one line says there is
+    no GPU to time; the how-to for the GPU agent is for a process that maps CUDA."""
+    from rlscope_top.collect.gpu_source import driver_present  # noqa: PLC0415
+    from rlscope_top.ring.gpu_records import HOW_TO  # noqa: PLC0415
+
+    t = target("idle.py")
+    mon, summary = monitor(t.pid)
+    mon.wait_line("attached to PID", stream="stderr", timeout=60)
+    assert mon.finish(signal.SIGINT) == 0, mon.stderr_text
+    notice = load_summary(summary)["gpu"]["notice"]
+    if driver_present():                         # a machine with a driver: the how-to, as before
+        assert notice == HOW_TO
+    else:
+        assert notice == f"no GPU to time (no NVIDIA driver on this machine, no CUDA library in PID {t.pid})"
+        assert f"GPU: n/a, {notice}" in mon.stdout_text          # the printed summary's GPU line
+        assert notice in mon.stderr_text and HOW_TO not in mon.stderr_text
+    d = _Driven(gpu_native, agent=False)          # maps the stand-in libcuda.so.1: the how-to
+    try:
+        mon, summary = monitor(d.pid, env={"RLSCOPE_CUPTI_LIB": gpu_native["cupti"]})
+        mon.wait_line("attached to PID", stream="stderr", timeout=60)
+        assert mon.finish(signal.SIGINT) == 0, mon.stderr_text
+        assert load_summary(summary)["gpu"]["notice"] == HOW_TO and HOW_TO in mon.stderr_text
+    finally:
+        d.close()

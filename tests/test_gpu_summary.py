@@ -202,3 +202,13 @@ def test_gpu_totals_survive_a_lapped_ring(tmp_path):
     assert s["gpu"]["top_kernels"] == full["gpu"]["top_kernels"]
     assert s["gpu"]["contrast"]["nvml_util_pct"] == full["gpu"]["contrast"]["nvml_util_pct"]
     assert s["gpu"]["cuda_api"]["sync_calls"] == full["gpu"]["cuda_api"]["sync_calls"]
+
+
+def test_a_process_with_no_gpu_to_time_reads_so_without_the_how_to():
+    from rlscope_top.ring.gpu_records import no_gpu  # noqa: PLC0415
+
+    s = _summary(cupti=False, nvml=False)
+    s["gpu"]["notice"] = no_gpu(4243)
+    line = gpu_summary.lines(s)[0]
+    assert line == "GPU: n/a, no GPU to time (no NVIDIA driver on this machine, no CUDA library in PID 4243)"
+    assert "RLSCOPE_GPU_ACTIVITY" not in line

@@ -274,7 +274,7 @@ class GpuSource:
             return
         if region is None:
             if first and not self.opts.launch:
-                self._no_agent(self.opts.no_agent_msg or G.HOW_TO)
+                self._no_agent(self.opts.no_agent_msg or self._why_no_agent())
             return
         holder = region.holder()
         if holder:
@@ -282,6 +282,13 @@ class GpuSource:
             self._no_agent(f"another rlscope-top (PID {holder}) collects PID {self.pid}'s GPU activity", level="warn")
             return
         self._connect(region)
+
+    def _why_no_agent(self) -> str:
+        """How to get kernel timing, where there is a GPU to time: a CPU-only job on a machine
+        with no driver gets one short line, not the agent's how-to."""
+        if driver_present():
+            return G.HOW_TO
+        return G.HOW_TO if gpu_inject.cuda_libs(self.pid) else G.no_gpu(self.pid)
 
     def _no_agent(self, msg: str, level: str = "info") -> None:
         self._next_find = float("inf") if level == "warn" else self._next_find

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from ..ring.gpu_records import HOW_TO
+from ..ring.gpu_records import HOW_TO, NO_GPU
 from ..vocab import ALL_OP, OVERLAP_KEYS, fmt
 
 
@@ -28,6 +28,8 @@ def lines(doc: dict) -> list[str]:
 def _activity_line(doc: dict, g: dict) -> str:
     if g.get("source") != "cupti":
         why = g.get("notice")
+        if why and why.startswith(NO_GPU):
+            return f"GPU: n/a, {why}"
         if not why or why == HOW_TO:          # the long how-to is in the summary's notice
             why = HOW_TO_SHORT
         return f"GPU: n/a, no GPU activity measured: {why}"

@@ -18,6 +18,12 @@ KERNEL, MEMCPY, MEMSET = "k", "m", "s"
 HOW_TO = ("GPU kernel timing needs the GPU agent in the process: attach with `rlscope-top PID --gpu-activity` "
           "(injects it), launch with `rlscope-top run -- CMD`, or start the job with RLSCOPE_GPU_ACTIVITY=1 "
           "(or call rlscope_top.enable_gpu_activity())")
+NO_GPU = "no GPU to time"   # a CPU-only process on a machine with no driver: no how-to (no_gpu)
+
+
+def no_gpu(pid: int) -> str:
+    """The notice for a process that maps no CUDA library, on a machine with no NVIDIA driver."""
+    return f"{NO_GPU} (no NVIDIA driver on this machine, no CUDA library in PID {pid})"
 
 
 def activity(kind: str, start: int, end: int, device: int, stream: int, corr: int, tid: int, launch_ts: int,
