@@ -735,6 +735,8 @@ struct pys_switch_arg {
     u32 tid;
     u32 tgid;
     u64 now;
+    u32 preempted;                 // switched out runnable: only its wait site is looked up
+    u32 pad;
 };
 BPF_PERCPU_ARRAY(pys_arg, struct pys_switch_arg, 1);
 
@@ -754,7 +756,7 @@ static __always_inline void switch_in(struct tstate *s, u64 at) {
 TRACEPOINT_PROBE(sched, sched_switch) {
     u64 now = bpf_ktime_get_ns();
     u32 prev = args->prev_pid, next = args->next_pid;
-    u32 pys_blocked = 0, pys_tgid = 0;
+    u32 pys_off = 0, pys_tgid = 0;
     struct tstate *s = threads.lookup(&prev);
     if (s && !s->exited && targets.lookup(&s->tgid)) {
         u32 tgid = bpf_get_current_pid_tgid() >> 32;
@@ -768,7 +770,7 @@ TRACEPOINT_PROBE(sched, sched_switch) {
             s->switches++;
             // prev_state 0 (yielded) or TASK_REPORT_MAX (preempted): runnable, not blocked
             s->preempted = (args->prev_state & 0xff) == 0;
-            pys_blocked = !s->preempted;
+            pys_off = 1;
             pys_tgid = tgid;
             tl_emit(prev, tgid, now, EV_OFF, 0);
         }
@@ -777,9 +779,10 @@ TRACEPOINT_PROBE(sched, sched_switch) {
     if (s && !s->exited && targets.lookup(&s->tgid)) {
         switch_in(s, now);
     }
-    if (pys_blocked) {                 // pys_switch below, handed what it needs; no return from it
+    if (pys_off) {                     // pys_switch below, handed what it needs; no return from it
         int zero = 0;
-        struct pys_switch_arg a = {prev, pys_tgid, now};
+        struct tstate *o = threads.lookup(&prev);
+        struct pys_switch_arg a = {prev, pys_tgid, now, o ? o->preempted : 0, 0};
         pys_arg.update(&zero, &a);
         pys_switch_prog.call(args, 0);
     }
@@ -796,8 +799,12 @@ int pys_switch(void *ctx) {
     u32 tid = a->tid;
     struct tstate *s = threads.lookup(&tid);
     if (!s)
-        return 0;                      // it blocks: its stack now is the operation it waits in
-    pys_apply(s, a->now, PYS_WHY_BLOCK, pys_sample(a->tgid, tid, a->now, PYS_WHY_BLOCK));
+        return 0;
+    // Blocked: its stack now is the operation it waits in. Preempted inside a call where it
+    // also waits (a vector env's step that wakes its workers): its wait site's operation, else
+    // the one the ticks saw.
+    u32 op = a->preempted ? pys_preempted_op(a->tgid, tid, a->now) : pys_sample(a->tgid, tid, a->now, PYS_WHY_BLOCK);
+    pys_apply(s, a->now, PYS_WHY_BLOCK, op);
     return 0;
 }
 

@@ -209,8 +209,9 @@ class KernelStackSampler(StackSampler):
             if now - last >= REFRESH_S:
                 last = now
                 self._refresh()
-                if self._stale_sites:        # one pass over the table, not one per exec (a loop that
-                    self._forget_process("site_ticks", self._stale_sites)   # runs a command each step)
+                if self._stale_sites:        # one pass over each table, not one per exec (a loop that
+                    for table in ("site_ticks", "site_op"):                  # runs a command each step)
+                        self._forget_process(table, self._stale_sites)
                     self._stale_sites = set()
 
     def _exec(self, pid: int) -> None:

@@ -126,6 +126,63 @@ static __always_inline u32 pys_decide(struct pysample *e, u32 tgid) {
     return *(volatile u8 *)&e->truncated ? PYS_UNDECIDED : 0;
 }
 
+// Where a thread blocks: the code of its two innermost frames (envpool's recv in its step), and
+// the operation its decided blocked samples there named (PYS_SITE_MIXED once two differed).
+// Blocked samples are rate-limited (pycfg[1]); a thread that blocks more often than that (~1,250
+// waits a second in envpool's step) would otherwise leave most waits to the operation the ticks
+// last saw on CPU. A wait with no sample of its own takes its site's operation: two frames read,
+// not a stack walk.
+struct pysite {
+    u64 code0;
+    u64 code1;                     // 0: the innermost frame has no caller
+    u32 tgid;
+    u32 pad;
+};
+BPF_TABLE("lru_hash", struct pysite, u32, site_op, 16384);
+#define PYS_SITE_MIXED 0xfffffffe
+
+static __always_inline void pys_site_learn(struct pysample *e, u32 tgid, u32 op) {
+    if (!e->depth)
+        return;
+    struct pysite k = {};
+    k.tgid = tgid;
+    k.code0 = e->code[0];
+    k.code1 = e->depth > 1 ? e->code[1] : 0;
+    u32 *v = site_op.lookup(&k);
+    if (!v)
+        site_op.update(&k, &op);
+    else if (*v != op)
+        *v = PYS_SITE_MIXED;       // one site, two operations: its waits keep the standing one
+}
+
+static __always_inline u32 pys_site_op(struct pyinfo *pi, u32 tgid, u32 tid, u64 now) {
+    u64 *tsp = pyts.lookup(&tid);
+    if (!tsp)
+        return PYS_UNDECIDED;
+    u64 frame = pys_current_frame(pi, *tsp), prev = 0;
+    struct pysite k = {};
+    k.tgid = tgid;
+    if (!frame || bpf_probe_read_user(&k.code0, sizeof(k.code0), (void *)(frame + pi->o_code)) != 0 ||
+        bpf_probe_read_user(&prev, sizeof(prev), (void *)(frame + pi->o_previous)) != 0)
+        return PYS_UNDECIDED;
+    if (prev && bpf_probe_read_user(&k.code1, sizeof(k.code1), (void *)(prev + pi->o_code)) != 0)
+        return PYS_UNDECIDED;
+    u32 *v = site_op.lookup(&k);
+    u32 op = v && *v != PYS_SITE_MIXED ? *v : PYS_UNDECIDED;
+    pys_count(1, bpf_ktime_get_ns() - now);
+    return op;
+}
+
+// A thread switched out runnable (preempted): no sample, its wait site only (pys_site_op).
+static __always_inline u32 pys_preempted_op(u32 tgid, u32 tid, u64 now) {
+    int k0 = 0;
+    u64 *period = pycfg.lookup(&k0);
+    struct pyinfo *pi = pyinfo.lookup(&tgid);
+    if (!period || !*period || !pi)
+        return PYS_UNDECIDED;
+    return pys_site_op(pi, tgid, tid, now);
+}
+
 // A sample the kernel named itself is only counted by the monitor: it needs no prompt reader,
 // and a wakeup per sample (100 a second, an IPI and a switch on the reader's CPU each) cost
 // the reader's thread ~2.5% of a core. It wakes the reader at most once per PYS_WAKE_GAP_NS,
@@ -164,8 +221,10 @@ static __always_inline u32 pys_sample(u32 tgid, u32 tid, u64 now, u8 why) {
     // sampled unless its last sample was a blocked one less than the least gap ago.
     struct pylast *last = pylast.lookup(&tid);
     if (last) {
-        if (why == PYS_WHY_TICK ? now - last->tick < gap : last->why == PYS_WHY_BLOCK && now - last->block < gap)
+        if (why == PYS_WHY_TICK && now - last->tick < gap)
             return PYS_UNDECIDED;
+        if (why == PYS_WHY_BLOCK && last->why == PYS_WHY_BLOCK && now - last->block < gap)
+            return pys_site_op(pi, tgid, tid, now);     // a wait with no sample of its own
         if (why == PYS_WHY_TICK)
             last->tick = now;
         else
@@ -194,6 +253,8 @@ static __always_inline u32 pys_sample(u32 tgid, u32 tid, u64 now, u8 why) {
     pys_walk(e, pi, *tsp);
     u32 op = pys_decide(e, tgid);
     e->decided = op != PYS_UNDECIDED;  // the monitor only counts it
+    if (e->decided)                    // a tick's too: a thread preempted there is in that op
+        pys_site_learn(e, tgid, op);
     pystacks.ringbuf_submit(e, pys_wake_flags(e->decided, now));
     pys_count(0, 1);
     pys_count(1, bpf_ktime_get_ns() - now);
