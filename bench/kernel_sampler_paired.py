@@ -34,7 +34,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-from real_rl import PROGRAMS, PY, _session, training  # noqa: E402
+from real_rl import PROGRAMS, PY, _session, _tree_cpu, training  # noqa: E402
 
 SETTLE_S = 0.15           # after a switch, before a window's rate is read
 
@@ -65,14 +65,6 @@ class SamplerSwitch:
                                "value", *value])
 
 
-def _monitor_cpu_s(monitor_pid: int) -> float:
-    """CPU seconds of the monitor process so far (all its threads: the collector and the
-    kernel sampler's reader; /proc, 10 ms ticks)."""
-    with open(f"/proc/{monitor_pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def _start_monitor(pid: int, tmp: str) -> tuple[subprocess.Popen, str]:
     summary = os.path.join(tmp, "paired.json")
     m = subprocess.Popen([PY, "-m", "rlscope_top.cli", "attach", str(pid), "--headless", "--duration", "100000",
@@ -99,9 +91,9 @@ def paired(key: str, windows: int, window: float) -> dict:
                 on = i % 2 == 0
                 sw.set(on)
                 time.sleep(SETTLE_S)
-                t0, c0 = time.monotonic_ns(), _monitor_cpu_s(m.pid)
+                t0, c0 = time.monotonic_ns(), _tree_cpu(m.pid)
                 time.sleep(window)
-                t1, c1 = time.monotonic_ns(), _monitor_cpu_s(m.pid)
+                t1, c1 = time.monotonic_ns(), _tree_cpu(m.pid)
                 spans.append((on, steps.rate(t0, t1), 100 * (c1 - c0) / ((t1 - t0) / 1e9)))
             sw.set(True)
         finally:

@@ -770,7 +770,7 @@ TRACEPOINT_PROBE(sched, sched_switch) {
             s->switches++;
             // prev_state 0 (yielded) or TASK_REPORT_MAX (preempted): runnable, not blocked
             s->preempted = (args->prev_state & 0xff) == 0;
-            pys_off = 1;
+            pys_off = 1 + s->preempted;   // 1: blocked, 2: preempted
             pys_tgid = tgid;
             tl_emit(prev, tgid, now, EV_OFF, 0);
         }
@@ -781,8 +781,7 @@ TRACEPOINT_PROBE(sched, sched_switch) {
     }
     if (pys_off) {                     // pys_switch below, handed what it needs; no return from it
         int zero = 0;
-        struct tstate *o = threads.lookup(&prev);
-        struct pys_switch_arg a = {prev, pys_tgid, now, o ? o->preempted : 0, 0};
+        struct pys_switch_arg a = {prev, pys_tgid, now, pys_off == 2, 0};
         pys_arg.update(&zero, &a);
         pys_switch_prog.call(args, 0);
     }

@@ -126,8 +126,8 @@ static __always_inline u32 pys_decide(struct pysample *e, u32 tgid) {
     return *(volatile u8 *)&e->truncated ? PYS_UNDECIDED : 0;
 }
 
-// Where a thread blocks: the code of its two innermost frames (envpool's recv in its step), and
-// the operation its decided blocked samples there named (PYS_SITE_MIXED once two differed).
+// Where a thread is: the code of its two innermost frames (envpool's recv in its step), and the
+// operation its decided samples there (blocked or tick) named (PYS_SITE_MIXED once two differed).
 // Blocked samples are rate-limited (pycfg[1]); a thread that blocks more often than that (~1,250
 // waits a second in envpool's step) would otherwise leave most waits to the operation the ticks
 // last saw on CPU. A wait with no sample of its own takes its site's operation: two frames read,

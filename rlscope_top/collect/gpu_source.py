@@ -286,9 +286,7 @@ class GpuSource:
     def _why_no_agent(self) -> str:
         """How to get kernel timing, where there is a GPU to time: a CPU-only job on a machine
         with no driver gets one short line, not the agent's how-to."""
-        if driver_present():
-            return G.HOW_TO
-        return G.HOW_TO if gpu_inject.cuda_libs(self.pid) else G.no_gpu(self.pid)
+        return G.HOW_TO if driver_present() or gpu_inject.cuda_libs(self.pid) else G.no_gpu(self.pid)
 
     def _no_agent(self, msg: str, level: str = "info") -> None:
         self._next_find = float("inf") if level == "warn" else self._next_find
