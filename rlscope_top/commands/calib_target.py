@@ -1,7 +1,7 @@
 """The process `rlscope-top calibrate` measures: runs loops on request over stdin.
 
 Commands (one per line): ``loop MODE N K`` runs N iterations and answers with a
-JSON line {loop_ns, body_ns}; ``pingpong N`` runs N round trips between two threads
+JSON line {loop_ns, body_ns, wait_ns}; ``pingpong N`` runs N round trips between two threads
 and answers {loop_ns, switches}. Modes: bracket, bracket_ool, pair, pair_ool, and
 ``torch`` (N additions of two 8x8 tensors: a real torch op binding, for the torch
 probes' own cost; body_ns is then 0: the binding's own time is not known).
@@ -38,6 +38,17 @@ def _pingpong(n: int) -> dict:
     for fd in (*a, *b):
         os.close(fd)
     return {"loop_ns": dt, "switches": (after.ru_nvcsw - before.ru_nvcsw) + (after.ru_nivcsw - before.ru_nivcsw)}
+
+
+def _run_delay() -> int | None:
+    """ns this thread has waited on a run queue so far (/proc schedstat), or None where the
+    kernel does not keep it: calibrate discards a loop that waited, since a neighbour's
+    time on the CPU would be read as the probes' cost."""
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            return int(f.read().split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def _torch_op():
@@ -103,10 +114,13 @@ def main() -> None:
         fn, n, k = loops[cmd[1]], int(cmd[2]), int(cmd[3])
         lib.cal_reset()
         t0 = time.perf_counter_ns()
+        w0 = _run_delay()            # inside the timed span: a wait between the two reads is in it
         for _ in range(n):
             fn(k)
+        w1 = _run_delay()
         dt = time.perf_counter_ns() - t0
-        print(json.dumps({"loop_ns": dt, "body_ns": lib.cal_body_ns() if cmd[1] not in ("torch", "rl") else 0}), flush=True)
+        print(json.dumps({"loop_ns": dt, "body_ns": lib.cal_body_ns() if cmd[1] not in ("torch", "rl") else 0,
+                          "wait_ns": None if w0 is None or w1 is None else w1 - w0}), flush=True)
 
 
 if __name__ == "__main__":
