@@ -144,6 +144,11 @@ JAX = [
               "jax block_until_ready", part="wait"),
     ProbeSpec("jax", _JAX, "_ZN3jax7PyArray22BatchedBlockUntilReadyESt6vectorIN8nanobind6objectESaIS3_EE",
               CAT_BACKEND, ENTER, "jax batched block_until_ready", part="wait"),
+    # np.asarray(array) reads it through the buffer protocol, which waits for it: SBX's PPO waits
+    # here, not in block_until_ready (12% of its wall time read as Python off-CPU). A C slot
+    # that CPython calls (no exception escapes it), so a pair, which closes its own bracket.
+    ProbeSpec("jax", _JAX, "_ZN3jax12_GLOBAL__N_120PyArray_bf_getbufferEP7_objectP9Py_bufferi", CAT_BACKEND, PAIR,
+              "jax array to numpy", part="wait"),
 ]
 
 

@@ -12,7 +12,7 @@ which, and the on/off-CPU split shows the waiting.
 
 from __future__ import annotations
 
-from .catalog import CAT_BACKEND, EXIT, ProbeSpec
+from .catalog import CAT_BACKEND, ENTER, EXIT, ProbeSpec
 
 # Slot ids, as the kernel stores them (index = id). Append only: the ring carries ids.
 SLOTS = ("other", "torch", "tensorflow", "jax", "jax:wait")
@@ -31,7 +31,7 @@ def probe_fw_value(spec: ProbeSpec) -> int:
     is an entry probe that opens a wait bracket."""
     if spec.category != CAT_BACKEND:
         return 0
-    flag = WAIT_FLAG if spec.part == "wait" and spec.kind != EXIT else 0
+    flag = WAIT_FLAG if spec.part == "wait" and spec.kind == ENTER else 0   # a pair closes its own
     return slot_of(spec) | flag
 
 

@@ -124,3 +124,20 @@ def test_jax_errors_do_not_crash_the_target(ebpf, frameworks, target, monitor, t
     assert jax["wait"]["calls"] >= int(interrupts)
     assert jax["dispatch"]["calls"] >= int(caught)
     assert s["split"]["python"]["on_cpu_s"] > 0.7     # interrupted waits were closed on unwinding
+
+
+def test_jax_waits_in_np_asarray_are_jax_waits_23(ebpf, frameworks, target, monitor, tmp_path):
+    """SBX's PPO waits for its jitted calls in np.asarray, not block_until_ready: 12% of its
+    wall time read as Python off-CPU. 23 jitted calls of ~ms of XLA work, each read by
+    np.asarray: 23 waits, and their time within 15% (+5 ms) of the target's own clock around
+    the 23 asarray calls (the wait bracket opens at the binding's entry and closes at its
+    UserContextScope's end, so a few us of the binding's glue fall outside)."""
+    s = _counted(target, monitor, tmp_path, "jax_to_numpy.py", 23)
+    truth = float((tmp_path / "done.truth").read_text())
+    jax = s["frameworks"]["jax"]
+    wait = jax["parts"]["wait"]
+    print("wait", wait, "truth", truth)
+    assert s["probes"]["hits"]["jax array to numpy"] == 23
+    assert wait["calls"] == 23
+    assert jax["parts"]["dispatch"]["calls"] == 23
+    assert wait["backend_s"] == pytest.approx(truth, rel=0.15, abs=0.005)
