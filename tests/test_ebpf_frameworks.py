@@ -130,8 +130,8 @@ def test_jax_waits_in_np_asarray_are_jax_waits_23(ebpf, frameworks, target, moni
     """SBX's PPO waits for its jitted calls in np.asarray, not block_until_ready: 12% of its
     wall time read as Python off-CPU. 23 jitted calls of ~ms of XLA work, each read by
     np.asarray: 23 waits, and their time within 15% (+5 ms) of the target's own clock around
-    the 23 asarray calls (the wait bracket opens at the binding's entry and closes at its
-    UserContextScope's end, so a few us of the binding's glue fall outside)."""
+    the 23 asarray calls (the pair brackets PyArray_bf_getbuffer; numpy's own glue around it
+    falls outside)."""
     s = _counted(target, monitor, tmp_path, "jax_to_numpy.py", 23)
     truth = float((tmp_path / "done.truth").read_text())
     jax = s["frameworks"]["jax"]

@@ -42,8 +42,8 @@ def _pingpong(n: int) -> dict:
 
 def _run_delay() -> int | None:
     """ns this thread has waited on a run queue so far (/proc schedstat), or None where the
-    kernel does not keep it: calibrate discards a loop that waited, since a neighbour's
-    time on the CPU would be read as the probes' cost."""
+    kernel does not keep it: calibrate leaves the wait out of a loop's time and tries a round
+    again when its loops waited (a neighbour's time on the CPU is no probe's cost)."""
     try:
         with open("/proc/thread-self/schedstat") as f:
             return int(f.read().split()[1])

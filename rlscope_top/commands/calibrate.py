@@ -459,8 +459,8 @@ def run(say=print) -> dict:
     details = {"n_calls": N_CALLS, "rounds": ROUNDS, "k_work": K_WORK, "paired": True,
                "waited_max": round(t.waited_max, 3), "shared_rounds": t.shared}
     if t.shared:
-        say(f"other jobs shared the CPU in {t.shared} round{'s' * (t.shared > 1)} of 5 tries each (their waits "
-            f"are left out; the rounds' median keeps a few such rounds out of the prices)")
+        say(f"other jobs shared the CPU in {t.shared} round{'s' * (t.shared > 1)} of {BUSY_TRIES} tries each "
+            "(their waits are left out; the rounds' median keeps a few such rounds out of the prices)")
     path = calibration.save(kinds, details)
     say(f"saved for '{calibration.machine_key()}' in {path}")
     return kinds
