@@ -11,7 +11,7 @@ from the step rate (attached, against the unattached stretches on both sides). A
 VecEnv.step, gymnasium's vector env or wrappers) over the unattached stretches' wall time (the
 shim times it).
 
-usage: sudo .venv/bin/python bench/real_rl.py [--program tianshou|zoo|zoo_subproc|cleanrl]... [--sessions 5]
+usage: sudo .venv/bin/python bench/real_rl.py [--program tianshou|zoo|zoo_subproc|cleanrl|torchrl]... [--sessions 5]
        [--exact 1] [--seconds 10] [--write]      (tianshou, rl-zoo3: the `test` extra)
 """
 
@@ -50,6 +50,8 @@ PROGRAMS = {
                      "--device", "cpu", "--log-interval", "-1"]),
     # CleanRL's single-file layout (SyncVectorEnv, get_action_and_value), written here in its style
     "cleanrl": ("CleanRL-style PPO CartPole-v1 (4 envs)", [os.path.join(HERE, "workloads", "cleanrl_ppo.py")]),
+    # torchrl's PPO tutorial on CartPole: a Collector, tensordicts, ClipPPOLoss
+    "torchrl": ("torchrl 0.14.1 PPO CartPole-v1", [os.path.join(HERE, "workloads", "torchrl_ppo.py")]),
 }
 
 

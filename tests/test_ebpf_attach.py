@@ -90,3 +90,28 @@ def test_torch_cpp_errors_do_not_crash_the_target(ebpf, target, monitor, tmp_pat
     s = load_summary(summary)
     assert s["end_reason"] == "target exited"
     assert s["calls"]["backend"] > 200
+
+
+def test_multiprocessing_helpers_stay_out_of_the_job_figures(ebpf, target, monitor, tmp_path, simlib):
+    """multiprocessing's forkserver and resource tracker wait on a pipe all session. Counted,
+    their waiting made a torchrl PPO's headline read Python 80% where its one working process
+    was at 60%. They are listed, `in_totals` false, and the shares are the known split's."""
+    truth_path = tmp_path / "truth.json"
+    t = target("known_split.py", simlib, truth_path, "--py-us", 10000, "--sim-us", 6000, "--ops", 40,
+               "--mp-helpers")
+    m, summary = monitor(t.pid, "--sim-lib", f"{simlib}:sim_step", "--duration", "5")
+    assert m.finish(timeout=60) == 0, m.stderr_text
+    t.finish(signal.SIGTERM)
+    s = load_summary(summary)
+    procs = {p["role"]: p for p in s["processes"]}
+    assert set(procs) == {"main", "forkserver", "resource tracker"}, s["processes"]
+    assert [p["in_totals"] for p in (procs["main"], procs["forkserver"], procs["resource tracker"])] == \
+        [True, False, False]
+    assert procs["resource tracker"]["waiting_s"] > 0.8 * s["duration_s"]     # listed with its wait
+    for c in ("python", "simulator", "backend"):
+        assert s["totals"][f"{c}_s"] == pytest.approx(procs["main"]["totals"][f"{c}_s"], abs=1e-5)
+    truth = truth_shares(json.loads(truth_path.read_text()), s["window"])
+    ours = {c: s["totals"][f"{c}_s"] for c in ("python", "simulator", "backend")}
+    for c in ours:
+        assert abs(ours[c] / sum(ours.values()) - truth[c]) <= 0.03, (c, ours, truth)
+    assert s["job"]["critical_path"]["waiting_s"] < 0.1 * s["duration_s"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from rlscope_top.account.accounting import Accounting
-from rlscope_top.account.processes import guess_role, launchers, waits_for
+from rlscope_top.account.processes import aside, guess_role, launchers, waits_for
 from rlscope_top.report import summary as S
 from rlscope_top.ring.ring import RingReader
 from rlscope_top.tui.app import RlscopeApp
@@ -297,3 +297,18 @@ def test_each_process_is_watched_for_as_long_as_its_threads_were_seen():
     # longest thread (its pool, 2.0 s) was seen the whole session
     assert wall == {42: pytest.approx(2.0), 50: pytest.approx(1.2), 60: pytest.approx(0.35)}
     assert s["totals"]["wall_s"] == pytest.approx(2.0)
+
+
+def test_multiprocessing_helpers_are_set_aside_unless_named_or_calling():
+    """The resource tracker and the forkserver (not its children) are left out of the job's
+    figures; one the user named, or one that made a probed call, stays in."""
+    rt = "python -c from multiprocessing.resource_tracker import main;main(7)"
+    procs = [{"pid": 1, "ppid": 0, "cmd": "python train.py"},
+             {"pid": 2, "ppid": 1, "cmd": rt},
+             {"pid": 3, "ppid": 1, "cmd": FS},
+             {"pid": 4, "ppid": 3, "cmd": FS},                     # a worker the forkserver forked
+             {"pid": 5, "ppid": 1, "cmd": rt, "role": "tracker"},
+             {"pid": 6, "ppid": 1, "cmd": rt}]
+    calls = {6: [0, 23, 0, 0]}
+    assert aside(procs, 1, lambda pid: calls.get(pid, [0, 0, 0, 0])) == {2, 3}
+    assert aside(procs, 2, lambda pid: [0, 0, 0, 0]) == {3, 6}      # the attached PID is never aside

@@ -1,7 +1,7 @@
 """Run a real RL program unchanged, counting CartPole steps into a shared file (for
 bench/real_rl.py: the program's own progress rate, attached and not, is the slowdown). The
 file's second 8 bytes: the ns spent in the outermost environment step or reset (stable-baselines3's
-VecEnv.step, gymnasium's vector env or wrappers), the `simulation` operation's extent by the
+VecEnv.step, gymnasium's vector env or wrappers, torchrl's EnvBase), the `simulation` operation's extent by the
 built-in rules (its truth, read over the unattached spans).
 
 usage: count_steps.py COUNTER_FILE (-m MODULE | SCRIPT) [ARGS...]
@@ -82,7 +82,8 @@ def _time_outermost(cls, name: str) -> None:
 def _time_env_steps() -> None:
     """The simulation operation's extent, by the built-in rules: stable-baselines3's VecEnv.step,
     gymnasium's vector env step/reset, and the step/reset of gymnasium's wrappers and of the
-    CartPole env itself (tianshou steps each env's outermost wrapper from its own loop)."""
+    CartPole env itself (tianshou steps each env's outermost wrapper from its own loop); for
+    torchrl, its EnvBase's step, step_and_maybe_reset and reset."""
     import gymnasium
 
     from gymnasium import wrappers
@@ -94,8 +95,13 @@ def _time_env_steps() -> None:
         classes.append(base_vec_env.VecEnv)
     except ImportError:
         pass
+    names = ("step", "reset")
+    if any("torchrl" in a for a in rest):               # torchrl's envs: its collector steps them
+        from torchrl.envs.common import EnvBase
+        classes.append(EnvBase)
+        names += ("step_and_maybe_reset",)
     for cls in classes:
-        for name in ("step", "reset"):
+        for name in names:
             _time_outermost(cls, name)
 
 

@@ -108,6 +108,37 @@ def launchers(procs: list[dict], main_pid: int | None) -> set[int]:
     return out
 
 
+FORKSERVER = "multiprocessing.forkserver"
+HELPERS = {FORKSERVER: "forkserver", "multiprocessing.resource_tracker": "resource tracker"}
+
+
+def helper_role(cmd: str, parent_cmd: str = "") -> str:
+    """multiprocessing's own processes, by command line: ``forkserver`` or ``resource
+    tracker``; "" for any other (the forkserver's children keep its command: they are workers).
+    """
+    for mark, role in HELPERS.items():
+        if mark in cmd and not (mark == FORKSERVER and FORKSERVER in parent_cmd):
+            return role
+    return ""
+
+
+def aside(procs: list[dict], main_pid: int | None, calls_of) -> set[int]:
+    """The processes the job's figures leave out: multiprocessing's resource tracker and
+    forkserver, which wait on a pipe all session and run none of the program. Their seconds
+    of waiting made a torchrl PPO's headline read Python 80% where its one working process
+    was at 60%. One the user named (``--role``), or that made a probed call, stays in.
+
+    Args:
+        procs: the process records (``pid``, ``ppid``, ``cmd``, ``role``).
+        main_pid: the PID rlscope-top was attached to (never aside).
+        calls_of: a process's pid -> its calls per category (a list).
+    """
+    cmd_of = {p["pid"]: p.get("cmd") or "" for p in procs}
+    return {p["pid"] for p in procs
+            if p["pid"] != main_pid and not p.get("role")
+            and helper_role(cmd_of[p["pid"]], cmd_of.get(p["ppid"], "")) and not any(calls_of(p["pid"]))}
+
+
 def guess_role(proc: dict, main_pid: int | None, calls: dict, simulation_s: float = 0.0,
                ops_s: dict[str, float] | None = None, parent_cmd: str = "", under_launcher: bool = False) -> str:
     """What a process is to the job, from what the monitor can see of it.
@@ -139,10 +170,11 @@ def guess_role(proc: dict, main_pid: int | None, calls: dict, simulation_s: floa
         return "env worker"
     if any(calls.values()):
         return "worker"
-    if "multiprocessing.forkserver" in cmd:      # the forkserver's own children keep its command
-        return "worker" if "multiprocessing.forkserver" in parent_cmd else "forkserver"
-    if "multiprocessing.resource_tracker" in cmd:
-        return "resource tracker"
+    helper = helper_role(cmd, parent_cmd)
+    if helper:
+        return helper
+    if FORKSERVER in cmd:                        # the forkserver's own children keep its command
+        return "worker"
     if not proc.get("python", True):
         return "native"
     return "worker"

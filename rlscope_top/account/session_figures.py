@@ -19,13 +19,14 @@ from ..vocab import ALL_OP, CATEGORIES, NA, TRANSITIONS
 
 
 def _figures(acct: Accounting, threads: list[dict], wall_s: float, ops: bool = False,
-             call_threads: list[dict] | None = None) -> dict:
+             call_threads: list[dict] | None = None, aside: frozenset[int] = frozenset()) -> dict:
     """Totals, calls and transitions for a set of threads, NA where nothing probed it.
 
     With ``ops``, also the per-operation rows, and Python time inside simulation
     operations moves to the simulator in the totals (operations.py has the rules).
     ``call_threads``: count calls over these instead (the whole job: a simulator stepped on
-    its own C++ threads makes its calls there).
+    its own C++ threads makes its calls there). ``aside``: processes the operations leave out
+    (``processes.aside``).
     """
     b = acct.breakdown(threads)
     split = acct.corrected(b)
@@ -33,7 +34,9 @@ def _figures(acct: Accounting, threads: list[dict], wall_s: float, ops: bool = F
     have = acct.attached_categories() | {c for c in CATEGORIES if sum(b["split"][c])}
     rows = []
     if ops:
-        m = acct.breakdown([th for th in acct.threads.values() if th["py"]])   # before the estimates
+        main_pid = acct.meta.get("pid")
+        m = acct.breakdown([th for th in acct.threads.values()          # before the estimates
+                            if th["py"] and th.get("pid", main_pid) not in aside])
         rows = O.raw_rows(acct, {**m, "split": acct.corrected(m)})
         # the totals are the parts' sum: operations always add up to them, estimated or not
         split = {c: [sum(r["ns"][c][k] for r in rows) for k in (0, 1)] for c in CATEGORIES}
@@ -215,12 +218,13 @@ def _job(acct: Accounting, all_threads: list[dict], main: dict, moved_on_s: floa
             "threads": {"python": n_py, "native": len(all_threads) - n_py}}
 
 
-def _processes(acct: Accounting, all_threads: list[dict], wall_s: float, sim_python_s: float = 0.0) -> list[dict]:
+def _processes(acct: Accounting, all_threads: list[dict], wall_s: float, sim_python_s: float = 0.0,
+               aside: frozenset[int] = frozenset()) -> list[dict]:
     """Per process of the job: its command, role, totals, calls, transitions and the time its
     Python threads waited off-CPU outside probed calls (on a worker, a pipe, a queue, a lock),
     with what its main thread waited for (``waits_for``: sampled, collect/waits.py).
-    The job's totals are their sum; operations are the main process's (its annotations and
-    stack samples)."""
+    The job's totals are the sum of those ``in_totals`` (all but ``aside``); operations are the
+    main process's (its annotations and stack samples)."""
     main_pid = acct.meta.get("pid")
     procs = acct.procs or ([{"pid": main_pid, "ppid": 0, "cmd": acct.meta.get("cmd", ""), "python": True,
                              "exited": False, "role": None, "ops": list(acct.ops.values())}] if main_pid else [])
@@ -244,7 +248,8 @@ def _processes(acct: Accounting, all_threads: list[dict], wall_s: float, sim_pyt
                     "role": P.guess_role(p, main_pid, f["calls"], moved[0] + moved[1], op_s,
                                          cmd_of.get(p["ppid"], ""), p["ppid"] in launcher),
                     "role_source": "user" if p.get("role") else "guessed",
-                    "python": p["python"], "exited": p["exited"], "threads": len(mine), "totals": totals,
+                    "python": p["python"], "exited": p["exited"], "in_totals": p["pid"] not in aside,
+                    "threads": len(mine), "totals": totals,
                     "waiting_s": None if waiting is None else _s(max(0.0, waiting - moved[1]) * 1e9),
                     "simulation_python_s": _s(sum(moved) * 1e9),
                     "operations": op_s, "waits": p.get("waits"),
@@ -255,6 +260,15 @@ def _processes(acct: Accounting, all_threads: list[dict], wall_s: float, sim_pyt
     for q in out:
         q["waits_for"] = P.waits_for(q.pop("waits"), q["waiting_s"], role_of)
     return out
+
+
+def _aside(acct: Accounting, threads: list[dict]) -> frozenset[int]:
+    """The processes the job's figures leave out (``processes.aside``)."""
+    main_pid = acct.meta.get("pid")
+    if not acct.procs:
+        return frozenset()
+    return frozenset(P.aside(acct.procs, main_pid,
+                             lambda pid: acct.breakdown(P.threads_of(threads, pid, main_pid))["calls"]))
 
 
 def _watched_s(threads: list[dict], wall_s: float) -> float:
@@ -324,13 +338,17 @@ def figures(acct: Accounting, gpu: GpuView | None = None) -> dict:
     gpu = gpu if gpu is not None else GpuView()
     meta = acct.meta
     wall_s = acct.duration_s
-    all_threads = acct.all_threads()          # the budget's estimates, computed once
-    main = _figures(acct, [th for th in all_threads if th["py"]], wall_s, ops=True, call_threads=all_threads)
+    every_thread = acct.all_threads()         # the budget's estimates, computed once
+    out = _aside(acct, every_thread)
+    all_threads = [th for th in every_thread if th.get("pid", meta.get("pid")) not in out]
+    main = _figures(acct, [th for th in all_threads if th["py"]], wall_s, ops=True, call_threads=all_threads,
+                    aside=out)
     correction = main.pop("correction_s")
     moved_on_s = main.pop("_moved_on_s", 0.0)
     per_op = main.pop("operations")
-    threads = [_thread_row(acct, th, wall_s) for th in sorted(all_threads, key=lambda t: t["tid"])]
-    processes = _processes(acct, all_threads, wall_s, (main.get("simulation_split") or {}).get("python_s") or 0.0)
+    threads = [_thread_row(acct, th, wall_s) for th in sorted(every_thread, key=lambda t: t["tid"])]
+    processes = _processes(acct, every_thread, wall_s, (main.get("simulation_split") or {}).get("python_s") or 0.0,
+                           out)
     for p in processes:       # a thread's row moves what its process's totals moved
         if p["simulation_python_s"]:
             P.spread_simulation_python(P.threads_of(threads, p["pid"], meta.get("pid")), p["simulation_python_s"])
@@ -366,8 +384,11 @@ def figures(acct: Accounting, gpu: GpuView | None = None) -> dict:
     for cat, c in doc["coverage"].items():
         if c["under_timed"] and doc["sources"].get(f"{cat}_s") == "exact":
             doc["sources"][f"{cat}_s"] = "lower bound"
-    if "simulation_split" in main and doc["sources"]["simulator_s"] == "unavailable":
-        doc["sources"]["simulator_s"] = "operations"     # Python time in simulation operations, no probes
+    # Python time in simulation operations, and no probed simulator call (none probed, or a
+    # MuJoCo that a classic-control program imported but never stepped: "0 calls, exact" read wrong)
+    if "simulation_split" in main and (doc["sources"]["simulator_s"] == "unavailable"
+                                       or not main["calls"].get("simulator")):
+        doc["sources"]["simulator_s"] = "operations"
         _sampled_simulator(doc)
     place_gpu(doc, gpu, acct.python_busy() if gpu.raw is not None else None)   # gpu_s, overlap_s, `gpu`
     _hide_unknown(doc)

@@ -41,12 +41,14 @@ BUILTIN: list[Rule] = [
         # envpool's Python API (envpool/python/envpool.py, protocol.py, lax.py): the C++ pool
         # steps while send/recv wait, so the calling thread's time there is simulation
         "*/envpool/python/*:step", "*/envpool/python/*:send", "*/envpool/python/*:recv",
-        "*/envpool/python/*:reset"),
+        "*/envpool/python/*:reset",
+        # torchrl: its env wrappers' step (tensordicts, transforms, specs) around the simulator
+        "*/torchrl/envs/*:step", "*/torchrl/envs/*:step_and_maybe_reset", "*/torchrl/envs/*:reset"),
     # torch DataLoader: a worker process's loop, and the main process waiting for the next batch
     *_r("data_loading", "", "*/torch/utils/data/_utils/worker.py:_worker_loop",
         "*/torch/utils/data/dataloader.py:__next__"),
     # stable-baselines3 algorithm phases
-    *_r("collect_rollouts", "", "*/stable_baselines3/*:collect_rollouts"),
+    *_r("collect_rollouts", "", "*/stable_baselines3/*:collect_rollouts", "*/torchrl/collectors/*:rollout"),
     *_r("train", "", "*/stable_baselines3/*:train"),
     *_r("inference", "", "*/stable_baselines3/*:predict",
         # CleanRL-style agents

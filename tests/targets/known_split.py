@@ -3,7 +3,10 @@
 Each phase is logged with CLOCK_MONOTONIC bounds, per thread, so the ground truth
 can be cut to exactly the monitor's window. Dumped as JSON on SIGTERM/SIGINT.
 
-usage: known_split.py SIMLIB TRUTH --py-us N --sim-us N --ops N --op-size N [--threads N]
+usage: known_split.py SIMLIB TRUTH --py-us N --sim-us N --ops N --op-size N [--threads N] [--mp-helpers]
+
+--mp-helpers starts multiprocessing's forkserver and resource tracker first, as torchrl and
+SB3's SubprocVecEnv do: two child processes that wait on a pipe all session.
 """
 
 import argparse
@@ -27,6 +30,7 @@ ap.add_argument("--sim-us", type=float, default=6000)
 ap.add_argument("--ops", type=int, default=40, help="torch ops per cycle")
 ap.add_argument("--op-size", type=int, default=96, help="square matrix size of each torch.mm")
 ap.add_argument("--threads", type=int, default=1)
+ap.add_argument("--mp-helpers", action="store_true")
 args = ap.parse_args()
 
 lib = load_simlib(args.simlib)
@@ -81,6 +85,11 @@ def dump(*_):
 
 signal.signal(signal.SIGTERM, dump)
 signal.signal(signal.SIGINT, dump)
+if args.mp_helpers:
+    import multiprocessing.forkserver
+
+    multiprocessing.set_forkserver_preload([])     # the forkserver imports nothing of ours
+    multiprocessing.forkserver.ensure_running()    # starts the resource tracker too
 threads = [threading.Thread(target=worker, daemon=True) for _ in range(args.threads - 1)]
 for t in threads:
     t.start()
