@@ -339,16 +339,16 @@ def figures(acct: Accounting, gpu: GpuView | None = None) -> dict:
     meta = acct.meta
     wall_s = acct.duration_s
     every_thread = acct.all_threads()         # the budget's estimates, computed once
-    out = _aside(acct, every_thread)
-    all_threads = [th for th in every_thread if th.get("pid", meta.get("pid")) not in out]
+    set_aside = _aside(acct, every_thread)
+    all_threads = [th for th in every_thread if th.get("pid", meta.get("pid")) not in set_aside]
     main = _figures(acct, [th for th in all_threads if th["py"]], wall_s, ops=True, call_threads=all_threads,
-                    aside=out)
+                    aside=set_aside)
     correction = main.pop("correction_s")
     moved_on_s = main.pop("_moved_on_s", 0.0)
     per_op = main.pop("operations")
     threads = [_thread_row(acct, th, wall_s) for th in sorted(every_thread, key=lambda t: t["tid"])]
     processes = _processes(acct, every_thread, wall_s, (main.get("simulation_split") or {}).get("python_s") or 0.0,
-                           out)
+                           set_aside)
     for p in processes:       # a thread's row moves what its process's totals moved
         if p["simulation_python_s"]:
             P.spread_simulation_python(P.threads_of(threads, p["pid"], meta.get("pid")), p["simulation_python_s"])
