@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from rlscope_top.account.accounting import Accounting
-from rlscope_top.account.processes import aside, guess_role, launchers, waits_for
+from rlscope_top.account.processes import aside, guess_role, launchers, shown_role, waits_for
 from rlscope_top.report import summary as S
 from rlscope_top.ring.ring import RingReader
 from rlscope_top.tui.app import RlscopeApp
@@ -312,3 +312,5 @@ def test_multiprocessing_helpers_are_set_aside_unless_named_or_calling():
     calls = {6: [0, 23, 0, 0]}
     assert aside(procs, 1, lambda pid: calls.get(pid, [0, 0, 0, 0])) == {2, 3}
     assert aside(procs, 2, lambda pid: [0, 0, 0, 0]) == {3, 6}      # the attached PID is never aside
+    assert shown_role({"role": "resource tracker", "in_totals": False}) == "resource tracker (not in totals)"
+    assert shown_role({"role": "main"}) == "main"                   # older summaries have no in_totals

@@ -96,7 +96,9 @@ def _time_env_steps() -> None:
     except ImportError:
         pass
     names = ("step", "reset")
-    if any("torchrl" in a for a in rest):               # torchrl's envs: its collector steps them
+    # torchrl's envs (its collector steps them), only for a torchrl program: importing torchrl
+    # pulls in jax, TensorFlow and MuJoCo where they are installed, which the others never map
+    if any("torchrl" in a for a in rest):
         from torchrl.envs.common import EnvBase
         classes.append(EnvBase)
         names += ("step_and_maybe_reset",)

@@ -139,6 +139,11 @@ def aside(procs: list[dict], main_pid: int | None, calls_of) -> set[int]:
             and helper_role(cmd_of[p["pid"]], cmd_of.get(p["ppid"], "")) and not any(calls_of(p["pid"]))}
 
 
+def shown_role(proc: dict) -> str:
+    """A process's role as the tables show it, marked where the job's figures leave it out."""
+    return proc["role"] + ("" if proc.get("in_totals", True) else " (not in totals)")
+
+
 def guess_role(proc: dict, main_pid: int | None, calls: dict, simulation_s: float = 0.0,
                ops_s: dict[str, float] | None = None, parent_cmd: str = "", under_launcher: bool = False) -> str:
     """What a process is to the job, from what the monitor can see of it.

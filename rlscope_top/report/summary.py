@@ -292,7 +292,7 @@ def _render_processes(summary: dict, console: Console) -> None:
     shown, folded = _fold_processes(procs)
     for p in shown:
         waits = ", ".join(f"{_wait_short(w)} {100 * w['share']:.0f}%" for w in (p.get("waits_for") or [])[:2])
-        role = p["role"] + (" (exited)" if p["exited"] else "") + ("" if p.get("in_totals", True) else " (not in totals)")
+        role = P.shown_role(p) + (" (exited)" if p["exited"] else "")
         table.add_row(pid_label(p["pid"]), role, *_process_cells([p]), waits)
     if folded:
         table.add_row("...", f"{len(folded)} more (exited)", *_process_cells(folded), "")

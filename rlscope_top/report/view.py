@@ -89,8 +89,7 @@ def _process_row(p: dict) -> dict:
     (the two add up to the process's Python time in its categories)."""
     t = p["totals"]
     return {"pid": p["pid"], "label": pid_label(p["pid"]),
-            "role": p["role"] + ("" if p.get("in_totals", True) else " (not in totals)"),
-            "command": p["command"], "exited": p["exited"],
+            "role": P.shown_role(p), "command": p["command"], "exited": p["exited"],
             "python": p["python"], "on_cpu_s": t.get("on_cpu_s"), "off_cpu_s": t.get("off_cpu_s"),
             "waiting_s": p.get("waiting_s"), "native_cpu_s": (p.get("cpu_s") or {}).get("native"),
             "calls": sum(v or 0 for v in p["calls"].values()), "waits_for": p.get("waits_for") or [],
