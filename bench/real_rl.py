@@ -11,7 +11,7 @@ from the step rate (attached, against the unattached stretches on both sides). A
 VecEnv.step, gymnasium's vector env or wrappers) over the unattached stretches' wall time (the
 shim times it).
 
-usage: sudo .venv/bin/python bench/real_rl.py [--program tianshou|zoo|zoo_subproc|cleanrl|torchrl]... [--sessions 5]
+usage: sudo .venv/bin/python bench/real_rl.py [--program tianshou|zoo|zoo_subproc|cleanrl|torchrl|skrl]... [--sessions 5]
        [--exact 1] [--seconds 10] [--write]      (tianshou, rl-zoo3: the `test` extra)
 """
 
@@ -52,13 +52,16 @@ PROGRAMS = {
     "cleanrl": ("CleanRL-style PPO CartPole-v1 (4 envs)", [os.path.join(HERE, "workloads", "cleanrl_ppo.py")]),
     # torchrl's PPO tutorial on CartPole: a Collector, tensordicts, ClipPPOLoss
     "torchrl": ("torchrl 0.14.1 PPO CartPole-v1", [os.path.join(HERE, "workloads", "torchrl_ppo.py")]),
+    # skrl's PPO: SequentialTrainer over 4 CartPole envs behind skrl's wrapper, torch's default threads
+    "skrl": ("skrl 2.1.1 PPO CartPole-v1 (4 envs)", [os.path.join(HERE, "workloads", "skrl_ppo.py")]),
 }
 
 
 class Steps:
-    """The target's CartPole step count, sampled every 0.1 s."""
+    """The target's CartPole step count, sampled every ``every`` s."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, every: float = 0.1):
+        self.every = every
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         os.ftruncate(fd, 16)
         self.m = mmap.mmap(fd, 16)
@@ -74,7 +77,7 @@ class Steps:
         return struct.unpack_from("q", self.m, 8)[0]
 
     def _run(self) -> None:
-        while not self.stop.wait(0.1):
+        while not self.stop.wait(self.every):
             self.samples.append((time.monotonic_ns(), self.now()))
 
     def rate(self, t0: int, t1: int) -> float:
@@ -157,13 +160,13 @@ def _session(pid: int, steps: Steps, tmp: str, seconds: float, gap: float, extra
 
 
 @contextlib.contextmanager
-def training(key: str):
+def training(key: str, every: float = 0.1):
     """One of PROGRAMS, run unchanged under the step counter, past its start-up: yields
-    (its process, its Steps, a scratch directory); killed on the way out."""
+    (its process, its Steps read every ``every`` s, a scratch directory); killed on the way out."""
     name, argv = PROGRAMS[key]
     with tempfile.TemporaryDirectory() as tmp:
         counter = os.path.join(tmp, "steps")
-        steps = Steps(counter)
+        steps = Steps(counter, every)
         t = subprocess.Popen([PY, os.path.join(HERE, "workloads", "count_steps.py"), counter, *argv],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp)
         try:

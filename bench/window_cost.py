@@ -7,17 +7,23 @@ after the last one; the base speed of a session is the mean of the plain spans o
 The recording's mode records say when the Backend was timed (a window: from its "timed" record to
 the record of its step down, which is written as the kernel stops timing). From the 10 ms reports,
 over the steady part (from 2 s after the first counters):
-- the slowdown in the windows and out of them (30 ms either side of a window left out);
+- the slowdown in the windows and out of them (30 ms either side of a window left out), and
+  in the AFTER_NS after each window (does the program run slower once the probes are out?);
 - the windows' share of wall time, and the time they cost: window time x (1 - speed in it / base);
 - per Backend call in a window, what the traps really cost (step time in a window less the base
   step time, over the calls per step) against the calibrated torch bracket the budget prices.
 
-usage: sudo .venv/bin/python bench/window_cost.py [--sessions 3] [--duration 24] [--span 8] [--args "..."] [--write]
+With --program (one of bench/real_rl.py's), that program runs unchanged instead, its CartPole steps
+counted one by one (bench/workloads/count_steps.py) and read every 5 ms.
+
+usage: sudo .venv/bin/python bench/window_cost.py [--program torchrl] [--sessions 3] [--duration 24] [--span 8]
+       [--args "..."] [--write]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -37,7 +43,17 @@ from rlscope_top.collect import calibration  # noqa: E402
 from rlscope_top.ring import recording, records as R  # noqa: E402
 
 MARGIN_NS = 30_000_000
+AFTER_NS = 500_000_000
 STEADY_AFTER_NS = 2_000_000_000
+
+
+def steps_in(marks: list[tuple[int, int]], spans: list[tuple[int, int]]) -> tuple[int, int]:
+    """(steps, ns) over the (ns, steps) reports whose interval lies wholly inside the spans."""
+    n = t = 0
+    for (ta, na), (tb, nb) in zip(marks, marks[1:]):
+        if any(a <= ta and tb <= b for a, b in spans):
+            n, t = n + nb - na, t + tb - ta
+    return n, t
 
 
 class Loop(Target):
@@ -47,12 +63,30 @@ class Loop(Target):
         super().__init__(busy=False, print_ms=10)
 
     def steps_in(self, spans: list[tuple[int, int]]) -> tuple[int, int]:
-        """(steps, ns) over the 10 ms reports that lie wholly inside the spans."""
-        n = t = 0
-        for (ta, na), (tb, nb) in zip(self.marks, self.marks[1:]):
-            if any(a <= ta and tb <= b for a, b in spans):
-                n, t = n + nb - na, t + tb - ta
-        return n, t
+        return steps_in(self.marks, spans)
+
+
+class Program:
+    """A real RL program (bench/real_rl.py's PROGRAMS), its steps read every 5 ms."""
+
+    def __init__(self, key: str):
+        from real_rl import training  # noqa: PLC0415  (its imports: only for a program)
+        os.environ["COUNT_STEPS_EVERY"] = "1"
+        self._ctx = contextlib.ExitStack()
+        self.p, self._steps, _ = self._ctx.enter_context(training(key, every=0.005))
+
+    @property
+    def marks(self) -> list[tuple[int, int]]:
+        return self._steps.samples
+
+    def rate(self, t0: int, t1: int) -> float:
+        return self._steps.rate(t0, t1)
+
+    def steps_in(self, spans: list[tuple[int, int]]) -> tuple[int, int]:
+        return steps_in(self.marks, spans)
+
+    def close(self) -> None:
+        self._ctx.close()
 
 
 def _plain(loop: Loop, span: float) -> float:
@@ -92,8 +126,11 @@ def measure(loop: Loop, summary: dict, records: list[dict], base: float, bracket
         gaps.append((last, a - MARGIN_NS))
         last = b + MARGIN_NS
     gaps.append((last, s1))
+    after = [(b + MARGIN_NS, min(b + AFTER_NS, nxt - MARGIN_NS))
+             for (_, b), (nxt, _) in zip(wins, [*wins[1:], (s1 + MARGIN_NS, 0)])]
     n_in, t_in = loop.steps_in(wins)
     n_out, t_out = loop.steps_in(gaps)
+    n_aft, t_aft = loop.steps_in(after)
     speed_in = n_in / t_in * 1e9 if t_in else float("nan")   # no window: every probe stayed off
     speed_out, steady = n_out / t_out * 1e9, loop.rate(s0, s1)
     calls = summary["calls"]["backend"] or 0
@@ -101,20 +138,24 @@ def measure(loop: Loop, summary: dict, records: list[dict], base: float, bracket
     win_s = sum(b - a for a, b in wins) / 1e9
     lost_s = win_s * (1 - speed_in / base) if wins else 0.0
     ov = summary["overhead"]
-    return {"base": base, "steady": base / steady, "out": base / speed_out, "in": base / speed_in,
+    speed_aft = n_aft / t_aft * 1e9 if t_aft else float("nan")
+    return {"base": base, "whole": base / loop.rate(ctr[0] + 500_000_000, s1), "steady": base / steady, "out": base / speed_out, "in": base / speed_in,
+            "after": base / speed_aft,
             "windows": len(wins), "win_share": win_s / ((s1 - s0) / 1e9), "win_cost": lost_s / ((s1 - s0) / 1e9),
             "per_call_ns": (1 / speed_in - 1 / base) * 1e9 / per_step, "priced_ns": bracket_ns,
             "self_pct": ov["estimated_pct"], "probes_pct": 100 * ov["by_source_s"]["probes"] / summary["duration_s"]}
 
 
 def _row(i: int, m: dict) -> str:
-    return (f"| {i} | {m['base']:,.0f} | {m['steady']:.3f}x | {m['out']:.3f}x | {m['in']:.3f}x | {m['windows']} | "
+    return (f"| {i} | {m['base']:,.0f} | {m['whole']:.3f}x | {m['steady']:.3f}x | {m['out']:.3f}x | {m['after']:.3f}x | {m['in']:.3f}x | "
+            f"{m['windows']} | "
             f"{100 * m['win_share']:.1f}% | {100 * m['win_cost']:.1f}% | {m['per_call_ns']:,.0f} ns | "
             f"{m['priced_ns']:,.0f} ns | {m['probes_pct']:.1f}% / {m['self_pct']:.1f}% |")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--program", help="one of bench/real_rl.py's programs instead of the tiny-op loop")
     ap.add_argument("--sessions", type=int, default=3)
     ap.add_argument("--duration", type=float, default=24.0)
     ap.add_argument("--span", type=float, default=8.0)
@@ -127,7 +168,7 @@ def main() -> int:
     warm_bytecode(REPO)
     kind = calibration.load().cost("enter", True, "torch")   # the begin and end probes: one bracket
     bracket = sum(kind.values())
-    loop = Loop()
+    loop = Program(a.program) if a.program else Loop()
     rows = []
     try:
         time.sleep(3)
@@ -143,16 +184,18 @@ def main() -> int:
     finally:
         loop.close()
     med = {k: statistics.median(m[k] for m in rows) for k in rows[0]}
-    head = ["| session | base steps/s | steady | out of windows | in windows | windows | windows' share of wall "
+    head = ["| session | base steps/s | from 0.5 s | steady (from 2 s) | out of windows | 0.5 s after a window | in windows | windows | windows' share of wall "
             "| windows' cost | a call's traps, measured | priced (calibrated bracket) | self-report: probes / all |",
-            "|---|---|---|---|---|---|---|---|---|---|---|"]
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     lines = head + [_row(i + 1, m) for i, m in enumerate(rows)] + [_row("median", med).replace("| median |", "| **median** |")]
     print("\n".join(lines))
     if a.write:
         from docsection import generated_by, replace_section  # noqa: PLC0415
-        cmd = f"bench/window_cost.py --sessions {a.sessions} --duration {a.duration:g} --span {a.span:g} --write"
+        prog = f"--program {a.program} " if a.program else ""
+        cmd = f"bench/window_cost.py {prog}--sessions {a.sessions} --duration {a.duration:g} --span {a.span:g} --write"
         cmd += f' --args "{a.args}"' if a.args else ""
-        replace_section(os.path.join(REPO, "docs", "overhead.md"), "## Re-timing windows: their measured cost",
+        title = "## Re-timing windows: their measured cost" + (f" on {a.program}" if a.program else "")
+        replace_section(os.path.join(REPO, "docs", "overhead.md"), title,
                         [generated_by(cmd), "", *__doc__.split("\n\n")[1].splitlines(), "", *lines])
     return 0
 

@@ -67,6 +67,8 @@ struct tstate {
     u8 tick_pending;          // this tick's place + 1, until its operation is known (op_tick)
     u8 dgen[NCAT];            // per category, the `dgen` generation its depth belongs to
     u8 pad3[2];
+    u32 omp_ticks;            // of its user-space ticks, those in an OpenMP runtime (RANGE_OMP)
+    u32 pad4;
 };
 
 // A thread's latest sampled operation changes, written whole by the monitor: each
@@ -807,9 +809,11 @@ int pys_switch(void *ctx) {
     return 0;
 }
 
-// Which probed library (if any) a user-space IP is in: how threads the probes do not bracket
-// (a torch intra-op pool, a simulator's worker threads) spend their time.
-static __always_inline u32 ip_where(u64 ip, u32 tgid) {
+#define RANGE_OMP 8                // a range's flag: an OpenMP runtime (maps.py OMP_FLAG)
+
+// Which probed library (if any) a user-space IP is in, with its flags (RANGE_OMP): how threads
+// the probes do not bracket (a torch intra-op pool, a simulator's worker threads) spend their time.
+static __always_inline u32 ip_range(u64 ip, u32 tgid) {
     int zero = 0;
     struct rangeset *rs = pranges.lookup(&tgid);
     if (!rs)
@@ -827,8 +831,14 @@ static __always_inline u32 ip_where(u64 ip, u32 tgid) {
         i += half * (1 - ((ip - rs->r[(i + half) & (NRANGES - 1)].start) >> 63));
     struct iprange *r = &rs->r[i & (NRANGES - 1)];
     if (ip >= r->start && ip < r->end)
-        return r->cat & 3;
+        return r->cat & (3 | RANGE_OMP);
     return TICK_OTHER;
+}
+
+// The same place without its flags: a category (1-3), or TICK_OTHER.
+static __always_inline u32 ip_where(u64 ip, u32 tgid) {
+    u32 w = ip_range(ip, tgid);
+    return w == TICK_OTHER ? w : w & 3;
 }
 
 // 0: not in the uprobes page; 1: in its first slot, the return trampoline (a uretprobe's trap
@@ -892,7 +902,7 @@ static __always_inline int trap_tick(u32 tid, u64 ip, int kernel) {
 
 // Where a tick found the thread (TICK_*); ``uip``: for a kernel tick, the user IP the kernel
 // entry saved (left 0 where it could not be read, and for a user tick, which needs none).
-static __always_inline u32 tick_where(struct bpf_perf_event_data *ctx, u32 tid, u32 tgid, u64 *uip) {
+static __always_inline u32 tick_where(struct bpf_perf_event_data *ctx, u32 tid, u32 tgid, u64 *uip, u32 *omp) {
     if ((ctx->regs.cs & 3) != 3) {
         u64 ip = 0;
         if (bpf_get_stack(ctx, &ip, sizeof(ip), BPF_F_USER_STACK) <= 0 || !ip)
@@ -903,7 +913,11 @@ static __always_inline u32 tick_where(struct bpf_perf_event_data *ctx, u32 tid, 
     u64 ip = PT_REGS_IP(&ctx->regs);
     if (trap_tick(tid, ip, 0))
         return TICK_TRAP;                // an instruction stepped out of line
-    return ip_where(ip, tgid);
+    u32 w = ip_range(ip, tgid);
+    if (w == TICK_OTHER)
+        return w;
+    *omp = w & RANGE_OMP;                // an OpenMP worker spinning for work counts here too
+    return w & 3;
 }
 
 // Call sites: where the ticks at each instruction of a Python thread found its IP. A C call
@@ -1042,9 +1056,12 @@ int on_tick(struct bpf_perf_event_data *ctx) {
         return 0;
     tick_on_cpu(s, now);
     u64 uip = 0;
-    u32 where = tick_where(ctx, tid, s->tgid, &uip);
+    u32 omp = 0;
+    u32 where = tick_where(ctx, tid, s->tgid, &uip, &omp);
     where = site_where(s, tid, where, uip);
     s->ticks[where]++;
+    if (omp)
+        s->omp_ticks++;
     if (op_cfg() & 3) {
         ann_sync(s, now);
         sop_sync(s, now, RUN_ON);

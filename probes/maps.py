@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes as ct
 import dataclasses
 import os
+import re
 import time
 
 from . import catalog
@@ -30,6 +31,9 @@ DRAIN_BUDGET_S = _env_s("RLSCOPE_DRAIN_BUDGET_S", 0.1)   # monitor time one drai
                                                          # take (the variable: a test makes it lag)
 NTICK = 7       # on-CPU ticks per thread: Python (its frames read: bpf_program.c site_where), a probed category (1-3), other user code, kernel, a probe's trap
 NRANGES = 64    # executable mappings the tick can tell apart
+OMP_FLAG = 8    # a range's flag: an OpenMP runtime (bpf_program.c RANGE_OMP), its ticks also counted apart
+# GNU (libgomp, as torch's wheels ship it: libgomp-<hash>.so.1), Intel (libiomp5) and LLVM (libomp)
+OMP_RUNTIME = re.compile(r"/lib(gomp|iomp5|omp)(-[0-9a-f]+)?\.so(\.\d+)*$")
 RANGE_NONE = 1 << 62   # an unused slot's start, above every user address (bpf_program.c)
 EV_RANGE_BEGIN, EV_RANGE_END, EV_THREAD_EXIT = 1, 2, 3
 UNNAMED_RANGE = "(ranges past the kernel's 1,024 names)"   # bpf_program.c range_ids is full
@@ -59,6 +63,7 @@ class ThreadCounters:
     switches: int = 0         # context switches out (the scheduler probe's cost)
     preempt_ns: int = 0       # off-CPU time while runnable (waiting for a CPU)
     op_now: int = 0           # the operation the kernel charges the thread's time to now (cur_op)
+    omp_ticks: int = 0        # of its user-space ticks, those in an OpenMP runtime (a subset of ``ticks``)
 
 
 @dataclasses.dataclass
@@ -147,7 +152,7 @@ class MapAccess:
                 depth=[s.depth[c] for c in range(4)],
                 run=s.run, last_ts=s.last_ts, pyflag=bool(s.pyflag), exited=bool(s.exited),
                 aop=s.aop, opflag=bool(s.opflag), fw=_fw_counters(s.fw), ticks=list(s.ticks),
-                switches=s.switches, preempt_ns=s.preempt_ns, op_now=_cur_op(s)))
+                switches=s.switches, preempt_ns=s.preempt_ns, op_now=_cur_op(s), omp_ticks=s.omp_ticks))
         return out
 
     def named_ranges(self) -> dict[str, list[int]]:
@@ -174,11 +179,15 @@ class MapAccess:
         for a in self.attached:
             dirs.setdefault(os.path.dirname(a.path), a.spec.category)
         exact = {a.path: a.spec.category for a in self.attached}
+        backend = any(a.spec.category == catalog.CAT_BACKEND for a in self.attached)
         out = []
         for start, end, path in exec_ranges(self.pid if pid is None else pid):
             cat = exact.get(path, dirs.get(os.path.dirname(path)))
             if cat is None and catalog.SIM_ENGINE_LIB.search(path):
                 cat = catalog.CAT_SIM
+            if OMP_RUNTIME.search(path) and (cat not in (None, catalog.CAT_PY) or backend):
+                # an OpenMP runtime outside torch/lib (a conda env's) serves the ML backend too
+                cat = (catalog.CAT_BACKEND if cat in (None, catalog.CAT_PY) else cat) | OMP_FLAG
             if cat is not None and cat != catalog.CAT_PY:
                 out.append((start, end, cat))
         return out[:NRANGES]

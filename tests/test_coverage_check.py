@@ -3,7 +3,7 @@ tests/test_ebpf_coverage.py): ticks by TICK_PLACES against the timed on-CPU spli
 
 from __future__ import annotations
 
-from rlscope_top.account.session_figures import COVERAGE_MIN_TICKS, coverage, coverage_text
+from rlscope_top.account.session_figures import COVERAGE_MIN_TICKS, coverage, coverage_text, openmp_text
 
 
 def _th(py=60, be=40, sim=0, other=0, kernel=0):
@@ -38,3 +38,14 @@ def test_time_over_the_ticks_is_never_flagged():
     """Simulator time includes the Python of `simulation` operations: more than its ticks."""
     c = coverage([_th(py=200, be=20, sim=80)], _split(0.3, 0.1, 0.6))
     assert not c["simulator"]["under_timed"] and not c["backend"]["under_timed"]
+
+
+def test_openmp_line_speaks_for_a_spinning_pool_only():
+    """skrl's PPO: 9.75 s of 19.9 s in libgomp (tests/test_ebpf_threads.py holds the figure itself)."""
+    cpu = {"python": 2.84, "backend": 6.06, "simulator": 1.24, "cuda_api": 0.0, "openmp": 9.75, "native": 0.0,
+           "kernel": 0.03}
+    (line,) = openmp_text({"job": {"cpu_s": cpu}})
+    assert line.startswith("OPENMP:") and "9.8s" in line and "49%" in line and "set_num_threads(1)" in line
+    assert openmp_text({"job": {"cpu_s": {**cpu, "openmp": 0.4}}}) == []        # under half a second
+    assert openmp_text({"job": {"cpu_s": {**cpu, "backend": 120.0}}}) == []     # under a tenth of the CPU
+    assert openmp_text({}) == [] and openmp_text({"job": {"cpu_s": {}}}) == []

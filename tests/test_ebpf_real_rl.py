@@ -1,6 +1,6 @@
 """Real RL programs from the registry, attached as a user would (issue 12, item 7): tianshou
 2.0.1 DQN and rl-zoo3 2.9.2 (SB3) PPO on CartPole, run unchanged, a CleanRL-style
-single-file PPO and torchrl 0.14.1's PPO tutorial on CartPole; default settings.
+single-file PPO, torchrl 0.14.1's PPO tutorial and skrl 2.1.1's PPO on CartPole; default settings.
 
 The claims that must hold on any program: no impossible values (the same invariants as the
 property test), the categories add up, the Python training thread is found and classed as
@@ -40,13 +40,13 @@ TRUTH_S = 2.0              # unattached seconds either side of the session, for 
 # sessions of 10 s (docs/accuracy.md, "Real RL programs: a known answer for Simulator"); a short
 # session adds the samples' own error, three binomial standard deviations of the share.
 SIM_BIAS_PP = 1.5
-OP_TRUTH = ("torchrl",)    # programs whose truth is the simulation operation's share (below)
+OP_TRUTH = ("torchrl", "skrl")    # programs whose truth is the simulation operation's share (below)
 
 
 @pytest.fixture
 def rl_installed():
-    """tianshou, rl-zoo3 and torchrl (the `test` extra)."""
-    require_modules(("tianshou", "rl_zoo3", "torchrl"), "RLSCOPE_REQUIRE_RL", "test")
+    """tianshou, rl-zoo3, torchrl and skrl (the `test` extra)."""
+    require_modules(("tianshou", "rl_zoo3", "torchrl", "skrl"), "RLSCOPE_REQUIRE_RL", "test")
 
 
 def _wait_steps(steps: Steps, n: int, proc, timeout: float = 240.0) -> None:
@@ -124,7 +124,7 @@ def test_real_rl_program_gets_sane_bounded_numbers(ebpf, rl_installed, spawn, mo
     if key == "zoo_subproc":       # the job's Simulator also holds the workers' steps: no single truth
         _workers_simulate(s, proc.pid)
     else:
-        # torchrl's env step makes tensors (torch calls: Backend by the rules), so there the
+        # torchrl's and skrl's env steps make tensors (torch calls: Backend by the rules), so there the
         # truth, the whole step, is the operation's share, not the Simulator category's
         ours = 100 * sim["share"] if key in OP_TRUTH else _shares(s)["simulator"]
         truth = s["sim_truth_pct"]

@@ -24,11 +24,12 @@ os.ftruncate(fd, 16)
 counter = mmap.mmap(fd, 16)
 n = [0]
 step = cartpole.CartPoleEnv.step
+EVERY = int(os.environ.get("COUNT_STEPS_EVERY", "64"))    # 1: bench/window_cost.py's 5 ms trace
 
 
 def counted(self, action):
     n[0] += 1
-    if n[0] % 64 == 0:
+    if n[0] % EVERY == 0:
         struct.pack_into("q", counter, 0, n[0])
     return step(self, action)
 
@@ -83,7 +84,8 @@ def _time_env_steps() -> None:
     """The simulation operation's extent, by the built-in rules: stable-baselines3's VecEnv.step,
     gymnasium's vector env step/reset, and the step/reset of gymnasium's wrappers and of the
     CartPole env itself (tianshou steps each env's outermost wrapper from its own loop); for
-    torchrl, its EnvBase's step, step_and_maybe_reset and reset."""
+    torchrl, its EnvBase's step, step_and_maybe_reset and reset; for skrl, its gymnasium wrapper's step
+    and reset."""
     import gymnasium
 
     from gymnasium import wrappers
@@ -102,6 +104,9 @@ def _time_env_steps() -> None:
         from torchrl.envs.common import EnvBase
         classes.append(EnvBase)
         names += ("step_and_maybe_reset",)
+    if any("skrl" in a for a in rest):     # skrl's wrapper around the vector env (tensors in and out)
+        from skrl.envs.wrappers.torch.gymnasium_envs import GymnasiumWrapper
+        classes.append(GymnasiumWrapper)
     for cls in classes:
         for name in names:
             _time_outermost(cls, name)

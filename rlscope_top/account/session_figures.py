@@ -115,12 +115,19 @@ KERNEL_PLACES = ("kernel", "probe_trap")
 
 def _where(th: dict) -> dict | None:
     """Shares of a thread's on-CPU ticks by where it ran (sampled at 250 Hz); ``python`` only where
-    the kernel sampler read its frames (a tick elsewhere in user space at a Python call site)."""
-    ticks = th.get("ticks")
-    n = sum(ticks or ())
+    the kernel sampler read its frames (a tick elsewhere in user space at a Python call site);
+    ``openmp`` in an OpenMP runtime (the thread record's ``omp``, taken out of ``backend``: the
+    runtime is the ML backend's, and an intra-op worker there is mostly spinning for work)."""
+    ticks = list(th.get("ticks") or ())
+    n = sum(ticks)
     if not n:
         return NA
-    return {p: round(v / n, 4) for p, v in zip(TICK_PLACES, ticks) if v}
+    omp = min(th.get("omp") or 0, ticks[1] if len(ticks) > 1 else 0)
+    ticks[1:2] = [ticks[1] - omp] if len(ticks) > 1 else []
+    out = {p: round(v / n, 4) for p, v in zip(TICK_PLACES, ticks) if v}
+    if omp:
+        out["openmp"] = round(omp / n, 4)
+    return out
 
 
 COVERAGE_GAP = 0.15       # ticks in a category's libraries past its timed share by this: under-timed
@@ -164,6 +171,23 @@ def coverage_text(summary: dict) -> list[str]:
             for cat, c in (summary.get("coverage") or {}).items() if c.get("under_timed")]
 
 
+OPENMP_MIN_S = 0.5         # native threads' seconds in an OpenMP runtime before the summary speaks ...
+OPENMP_MIN_SHARE = 0.10    # ... and their share of every thread's CPU
+
+
+def openmp_text(summary: dict) -> list[str]:
+    """One line when native threads spun in an OpenMP runtime for a tenth of the job's CPU or more
+    (libgomp's workers spin for work between parallel ops: skrl's PPO on CartPole kept one at
+    ~98% of a core, 9.8 s of the job's 19.9 s)."""
+    cpu = (summary.get("job") or {}).get("cpu_s") or {}
+    omp, every = cpu.get("openmp") or 0.0, sum(v or 0.0 for v in cpu.values())
+    if omp < OPENMP_MIN_S or not every or omp / every < OPENMP_MIN_SHARE:
+        return []
+    return [f"OPENMP: intra-op worker threads spent {omp:.1f}s ({100 * omp / every:.0f}% of the job's CPU) in the "
+            f"OpenMP runtime, mostly spinning for work between parallel ops: a core the job holds and does not use; "
+            f"torch.set_num_threads(1) or OMP_WAIT_POLICY=passive gives it back"]
+
+
 def _thread_row(acct: Accounting, th: dict, wall_s: float) -> dict:
     """One thread. A thread that never ran Python has no Python time: what the probes did not
     bracket is ``native_s``, with where the 250 Hz tick found it running (``where``) and the
@@ -177,7 +201,7 @@ def _thread_row(acct: Accounting, th: dict, wall_s: float) -> dict:
         row["native_s"], row["python_s"] = row["python_s"], NA
         where = row["where"] or {}
         user = sum(v for k, v in where.items() if k not in KERNEL_PLACES)
-        w = {k: v / user for k, v in where.items() if k in CATEGORIES} if user else {}
+        w = {k: v / user for k, v in where.items() if k in (*CATEGORIES, "openmp")} if user else {}
         row["category"] = max(w, key=w.get) if w and max(w.values()) >= 0.5 else "native"
     return row
 
@@ -187,7 +211,9 @@ def _job(acct: Accounting, all_threads: list[dict], main: dict, moved_on_s: floa
     view), with their off-CPU time outside probed calls as ``waiting_s`` (blocked on a worker,
     a queue, a lock, I/O), not Python, and ``runnable_s``: their off-CPU time, in any category,
     while runnable (waiting for a CPU the machine did not have: a busy machine, not the job). ``cpu_s``: on-CPU seconds of every thread by category:
-    probed time exactly, the rest of native threads by where the tick found them (sampled)."""
+    probed time exactly, the rest of native threads by where the tick found them (sampled), with
+    ``openmp`` their time in an OpenMP runtime apart from Backend (an intra-op worker that spins
+    while the Python thread works read as Backend: skrl's PPO, 15 s of 23.4)."""
     py_split = main["split"].get("python") or {}
     py_threads = [th for th in all_threads if th["py"]]
     off = sum(sum(ns[1] for ns in th["ns"]) for th in py_threads)
@@ -198,7 +224,7 @@ def _job(acct: Accounting, all_threads: list[dict], main: dict, moved_on_s: floa
     crit = {"python_s": py_split.get("on_cpu_s"), "waiting_s": waiting, "runnable_s": _s(runnable)}
     for c in CATEGORIES[1:]:
         crit[f"{c}_s"] = main["totals"].get(f"{c}_s")
-    cpu = dict.fromkeys((*CATEGORIES, "native", "kernel"), 0.0)
+    cpu = dict.fromkeys((*CATEGORIES, "openmp", "native", "kernel"), 0.0)
     for th in all_threads:
         on = [x[0] for x in _corrected_ns(acct, th)]
         for i, c in enumerate(CATEGORIES[1:], start=1):
@@ -207,7 +233,7 @@ def _job(acct: Accounting, all_threads: list[dict], main: dict, moved_on_s: floa
             cpu["python"] += on[0]
             continue
         w = _where(th) or {}
-        for c in ("python", "backend", "simulator", "cuda_api"):   # python: frames read there
+        for c in ("python", "backend", "simulator", "cuda_api", "openmp"):   # python: frames read there
             cpu[c] += on[0] * w.get(c, 0.0)
         cpu["kernel"] += on[0] * sum(w.get(c, 0.0) for c in KERNEL_PLACES)    # a probe's trap is kernel time
         cpu["native"] += on[0] * (w.get("other", 0.0) if w else 1.0)

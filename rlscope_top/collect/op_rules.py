@@ -43,14 +43,16 @@ BUILTIN: list[Rule] = [
         "*/envpool/python/*:step", "*/envpool/python/*:send", "*/envpool/python/*:recv",
         "*/envpool/python/*:reset",
         # torchrl: its env wrappers' step (tensordicts, transforms, specs) around the simulator
-        "*/torchrl/envs/*:step", "*/torchrl/envs/*:step_and_maybe_reset", "*/torchrl/envs/*:reset"),
+        "*/torchrl/envs/*:step", "*/torchrl/envs/*:step_and_maybe_reset", "*/torchrl/envs/*:reset",
+        # skrl: its env wrappers' step/reset (tensors to numpy and back) around the env
+        "*/skrl/envs/wrappers/*:step", "*/skrl/envs/wrappers/*:reset"),
     # torch DataLoader: a worker process's loop, and the main process waiting for the next batch
     *_r("data_loading", "", "*/torch/utils/data/_utils/worker.py:_worker_loop",
         "*/torch/utils/data/dataloader.py:__next__"),
     # stable-baselines3 algorithm phases
     *_r("collect_rollouts", "", "*/stable_baselines3/*:collect_rollouts", "*/torchrl/collectors/*:rollout"),
-    *_r("train", "", "*/stable_baselines3/*:train"),
-    *_r("inference", "", "*/stable_baselines3/*:predict",
+    *_r("train", "", "*/stable_baselines3/*:train", "*/skrl/agents/*:update"),
+    *_r("inference", "", "*/stable_baselines3/*:predict", "*/skrl/agents/*:act",
         # CleanRL-style agents
         "get_action_and_value", "get_action", "get_value"),
     # torch autograd and optimizers

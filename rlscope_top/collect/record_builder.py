@@ -143,7 +143,7 @@ class RecordBuilder:
                         exited=tc.exited,
                         ns=ns, trans=tc.trans, calls=tc.calls, oh=tc.oh,
                         fw={k: v for k, v in (tc.fw or {}).items() if k != "cur"} or None, ticks=tc.ticks,
-                        switches=tc.switches, preempt_ns=tc.preempt_ns)
+                        switches=tc.switches, preempt_ns=tc.preempt_ns, omp_ticks=tc.omp_ticks)
 
     def _op_changed(self, tid: int, op: int, ts: int) -> list[list]:
         """--timeline: a thread's operation changed at ``ts``; the one it left is an ``op`` interval."""

@@ -30,7 +30,7 @@ def add_counts(a, b):
     return a + b
 
 
-_SUMMED = ("ns", "trans", "calls", "oh", "fw", "ticks", "sw", "pre")
+_SUMMED = ("ns", "trans", "calls", "oh", "fw", "ticks", "sw", "pre", "omp")
 
 
 class ExitedThreads:

@@ -14,7 +14,7 @@ from . import gpu_summary
 from . import summary as S
 from ..account import processes as P
 from ..account.books import Books
-from ..account.session_figures import coverage_text, figures
+from ..account.session_figures import coverage_text, figures, openmp_text
 from ..ring.records import pid_label
 from ..ring.ring import RingReader
 from ..safe_files import is_stream
@@ -53,7 +53,7 @@ def _job_line(s: dict, base: dict | None = None) -> str:
              "cuda_api_s": "CUDA"}
     a = "  ".join(f"{n} {100 * crit[k] / wall:.0f}%" for k, n in names.items() if crit.get(k))
     cores = {"python": "Python", "simulator": "Sim", "backend": "Backend", "cuda_api": "CUDA",
-             "native": "native", "kernel": "kernel"}
+             "openmp": "OpenMP", "native": "native", "kernel": "kernel"}
     b = "  ".join(f"{n} {cpu[k] / up:.2f}" for k, n in cores.items() if cpu.get(k))
     th = job.get("threads") or {}
     return (f"Python threads: {a}   |   CPU (cores) over {th.get('python', 0) + th.get('native', 0)} "
@@ -201,7 +201,7 @@ class ViewModel:
             "gpu": {"available": s["totals"]["gpu_s"] is not None, "lines": gpu_summary.lines(s)},
             "warnings": [self._when(n) + n["msg"] for n in self.books.cpu.notes if n["level"] in ("warn", "error")],
             "notes": self.notes(),
-            "checks": coverage_text(s),
+            "checks": coverage_text(s) + openmp_text(s),
         }
 
     def _threads(self, s: dict) -> list[dict]:

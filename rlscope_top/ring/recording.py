@@ -216,7 +216,7 @@ def load(path: str, window: Window = (None, None)) -> tuple[Recording, list[dict
 
 # What grows in a counters record (docs/ring-format.md): a window's figure is its growth since
 # the window opened. Names, flags and rates stand as they are.
-_GROWS = frozenset(("ns", "trans", "calls", "oh", "fw", "ticks", "sw", "pre", "samples", "samples_incl", "ranges",
+_GROWS = frozenset(("ns", "trans", "calls", "oh", "fw", "ticks", "sw", "pre", "omp", "samples", "samples_incl", "ranges",
                     "samples_total", "nested", "hits", "target_sys_s", "target_cpu_s", "monitor_cpu_s",
                     "idle_cpu_s", "busy_cpu_s", "steal_cpu_s", "all_cpu_s", "invalid", "cpu_s"))
 _GPU_GROWS = frozenset(("all", "ops", "devices", "overlap", "op_overlap", "sync"))

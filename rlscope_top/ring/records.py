@@ -32,7 +32,7 @@ def meta(*, pid: int, command: str, t0_ns: int, wall0: float, interval_s: float,
 
 def thread(*, tid: int, name: str, python: bool, exited: bool, ns: list, trans: list, calls: list,
            oh: list, fw: dict | None = None, ticks: list | None = None, switches: int | None = None,
-           preempt_ns: int | None = None, pid: int | None = None) -> dict:
+           preempt_ns: int | None = None, pid: int | None = None, omp_ticks: int = 0) -> dict:
     """Cumulative counters of one thread since attach (``pid``: its process).
 
     ``ns[c] = [on_cpu, off_cpu]`` for categories python, backend, simulator, cuda_api;
@@ -45,7 +45,9 @@ def thread(*, tid: int, name: str, python: bool, exited: bool, ns: list, trans: 
     (the probed ones, those beside them, and simulator engines without probes such as
     envpool's modules: catalog.SIM_ENGINE_LIB), 4 other user code, 5 the kernel (0 unused);
     ``sw`` how many times the thread was switched out (the scheduler probe runs each time);
-    ``pre`` its off-CPU ns while still runnable (preempted: waiting for a CPU, not blocked).
+    ``pre`` its off-CPU ns while still runnable (preempted: waiting for a CPU, not blocked);
+    ``omp`` of its user-space ticks, those in an OpenMP runtime (libgomp, libiomp5, libomp:
+    counted in ``ticks`` too, under the library's category): an intra-op worker spinning for work.
     """
     rec = {"tid": tid, "name": name, "py": python, "exited": exited, "ns": ns, "trans": trans,
            "calls": calls, "oh": oh}
@@ -59,6 +61,8 @@ def thread(*, tid: int, name: str, python: bool, exited: bool, ns: list, trans: 
         rec["sw"] = switches
     if preempt_ns is not None:
         rec["pre"] = preempt_ns
+    if omp_ticks:
+        rec["omp"] = omp_ticks
     return rec
 
 
