@@ -290,3 +290,35 @@ def test_ranges_stopped_by_the_budget_count_no_training_steps():
     assert ranges_stopped({"budget": {"steps": [{**step, "category": "backend", "mode": "off"}],
                                       "modes": {"backend": "off"}}}) is None
     assert ranges_stopped({}) is None
+
+
+def test_a_native_threads_openmp_ticks_are_openmp_not_backend_and_fold_with_it():
+    """The thread record's `omp` ticks (a subset of its backend ticks) come out of Backend in its
+    `where`, its category and the job's CPU view; a Python thread's stay inside its torch calls;
+    exited workers fold with their `omp` summed (the same figures either way)."""
+    from streams import _thread, _trans, meta_record
+    from rlscope_top.collect.thread_fold import ExitedThreads
+    main = _thread(1, True, [[6 * MS, 0], [4 * MS, 0], [0, 0], [0, 0]], [0, 5, 0, 0], _trans(py_be=5))
+    main["ticks"], main["omp"] = [3, 2, 0, 0, 0, 0, 0], 1
+
+    def worker(tid, exited=False):
+        w = _thread(tid, False, [[10 * MS, 0], [0, 0], [0, 0], [0, 0]], [0, 0, 0, 0], _trans(), exited=exited)
+        w["ticks"], w["omp"] = [0, 9, 0, 0, 0, 1, 0], 7      # 7 of its 9 "backend" ticks in libgomp
+        return w
+
+    a = Accounting()
+    a.feed([meta_record({"torch": ["/x"]}), R.counters(20 * MS, [main, worker(2)], [0])])
+    s = S.build(a)
+    rows = {r["tid"]: r for r in s["threads"]}
+    assert rows[2]["where"] == {"backend": 0.2, "kernel": 0.1, "openmp": 0.7} and rows[2]["category"] == "openmp"
+    assert rows[1]["where"] == {"python": 0.6, "backend": 0.2, "openmp": 0.2} and rows[1]["python_thread"]
+    cpu = s["job"]["cpu_s"]
+    assert cpu["openmp"] == pytest.approx(0.007) and cpu["backend"] == pytest.approx(0.004 + 0.002)
+    assert cpu["kernel"] == pytest.approx(0.001) and cpu["native"] == 0.0
+
+    ex = ExitedThreads(keep=0)
+    for tid in (3, 4):
+        ex.add(worker(tid, exited=True))
+    (folded,) = ex.rows()
+    assert folded["omp"] == 14 and folded["ticks"][1] == 18
+

@@ -49,3 +49,7 @@ def test_openmp_line_speaks_for_a_spinning_pool_only():
     assert openmp_text({"job": {"cpu_s": {**cpu, "openmp": 0.4}}}) == []        # under half a second
     assert openmp_text({"job": {"cpu_s": {**cpu, "backend": 120.0}}}) == []     # under a tenth of the CPU
     assert openmp_text({}) == [] and openmp_text({"job": {"cpu_s": {}}}) == []
+    # no idle core (the monitor's CPU came out of the job): the self-report is said to read low
+    assert "reads low" not in line
+    (busy,) = openmp_text({"job": {"cpu_s": cpu}, "overhead": {"by_source_s": {"contention": 0.3}}})
+    assert busy.startswith(line) and "overhead above reads low" in busy
