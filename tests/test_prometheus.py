@@ -26,7 +26,9 @@ DOC = {"pid": 23, "totals": {"wall_s": 2.0, "python_s": 1.0, "simulator_s": 0.75
        "calls": {"simulator": 1009, "backend": 23, "cuda_api": None},
        "transitions": {"python->simulator": 1009, "python->backend": 23, "python->cuda_api": None},
        "operations": {"collect": {"python_s": 0.5, "simulator_s": 0.75, "backend_s": None}},
-       "overhead": {"estimated_pct": 1.5}, "machine": {"steal_pct": 2.5, "steal_cpu_s": 0.1}}
+       "overhead": {"estimated_pct": 1.5}, "machine": {"steal_pct": 2.5, "steal_cpu_s": 0.1},
+       "job": {"cpu_s": {"python": 1.0, "backend": 0.25, "simulator": 0.75, "cuda_api": None, "openmp": 1.9,
+                         "native": 0.0, "kernel": 0.01}}}
 
 
 def _samples(metrics: P.SessionMetrics) -> dict:
@@ -77,6 +79,9 @@ def test_metrics_follow_the_summary_document():
     assert got[("rlscope_wall_seconds_total", ())][0] == 2.0
     assert got[("rlscope_overhead_ratio", ())][0] == pytest.approx(0.015)
     assert got[("rlscope_host_steal_ratio", ())][0] == pytest.approx(0.025)
+    assert got[("rlscope_job_cpu_seconds_total", (("category", "openmp"),))][0] == pytest.approx(1.9)
+    assert got[("rlscope_job_cpu_seconds_total", (("category", "native"),))][0] == 0.0
+    assert ("rlscope_job_cpu_seconds_total", (("category", "cuda_api"),)) not in got
     # what the machine cannot give is absent, never a zero
     assert ("rlscope_category_seconds_total", (("category", "cuda_api"),)) not in got
     assert not any(name.startswith("rlscope_gpu") for name, _ in got)

@@ -79,6 +79,7 @@ class SessionMetrics:
             if trans.get(t) is not None:
                 tr.add_metric([*ids, t], trans[t])
         yield tr
+        yield from self._job_cpu(doc, base, ids)
         yield from self._operations(doc, base, ids)
         yield from self._processes(doc, base, ids)
         yield from self._gpu(tot, doc, base, ids)
@@ -92,6 +93,17 @@ class SessionMetrics:
                                    "other guests over the session (on-CPU times include it)", labels=base)
             st.add_metric(ids, steal / 100)
             yield st
+
+    @staticmethod
+    def _job_cpu(doc: dict, base: list, ids: list):
+        """The job's CPU view over every thread (its `openmp`: a pool spinning for work)."""
+        cpu = (doc.get("job") or {}).get("cpu_s") or {}
+        fam = CounterMetricFamily("rlscope_job_cpu_seconds", "On-CPU seconds of every thread of the job by "
+                                  "category (openmp: native threads in an OpenMP runtime)", labels=[*base, "category"])
+        for c, v in cpu.items():
+            if v is not None:
+                fam.add_metric([*ids, c], v)
+        yield fam
 
     @staticmethod
     def _operations(doc: dict, base: list, ids: list):
