@@ -10,7 +10,8 @@ from __future__ import annotations
 CATEGORIES = ("python", "backend", "simulator", "cuda_api")     # index = the kernel's code
 CAT_PY, CAT_BACKEND, CAT_SIM, CAT_CUDA = range(4)
 NCAT = len(CATEGORIES)
-LABELS = {"python": "Python", "simulator": "Simulator", "backend": "Backend", "cuda_api": "CUDA API", "gpu": "GPU"}
+LABELS = {"python": "Python", "simulator": "Simulator", "backend": "Backend", "cuda_api": "CUDA API", "gpu": "GPU",
+          "openmp": "OpenMP"}   # openmp: a native thread's category, not a category (summary-schema.md)
 TRANSITIONS = {  # name -> (from, to) category codes
     "python->backend": (CAT_PY, CAT_BACKEND),
     "python->simulator": (CAT_PY, CAT_SIM),

@@ -96,7 +96,7 @@ def _kind(row: dict) -> str:
     if row["python_thread"]:
         return "py"
     cat = row.get("category") or "native"
-    return "native" if cat == "native" else f"native:{LABELS.get(cat, 'OpenMP' if cat == 'openmp' else cat)}"
+    return "native" if cat == "native" else f"native:{LABELS.get(cat, cat)}"
 
 
 def _short_cmd(cmd: str, n: int = 40) -> str:

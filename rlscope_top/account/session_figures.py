@@ -111,6 +111,7 @@ def _sources(acct: Accounting) -> dict:
 
 TICK_PLACES = ("python", "backend", "simulator", "cuda_api", "other", "kernel", "probe_trap")
 KERNEL_PLACES = ("kernel", "probe_trap")
+WORK_PLACES = (*CATEGORIES, "openmp")     # where a native thread's user-space ticks name what it did
 
 
 def _where(th: dict) -> dict | None:
@@ -122,8 +123,10 @@ def _where(th: dict) -> dict | None:
     n = sum(ticks)
     if not n:
         return NA
-    omp = min(th.get("omp") or 0, ticks[1] if len(ticks) > 1 else 0)
-    ticks[1:2] = [ticks[1] - omp] if len(ticks) > 1 else []
+    be = TICK_PLACES.index("backend")
+    omp = min(th.get("omp") or 0, ticks[be]) if len(ticks) > be else 0
+    if omp:
+        ticks[be] -= omp
     out = {p: round(v / n, 4) for p, v in zip(TICK_PLACES, ticks) if v}
     if omp:
         out["openmp"] = round(omp / n, 4)
@@ -204,7 +207,7 @@ def _thread_row(acct: Accounting, th: dict, wall_s: float) -> dict:
         row["native_s"], row["python_s"] = row["python_s"], NA
         where = row["where"] or {}
         user = sum(v for k, v in where.items() if k not in KERNEL_PLACES)
-        w = {k: v / user for k, v in where.items() if k in (*CATEGORIES, "openmp")} if user else {}
+        w = {k: v / user for k, v in where.items() if k in WORK_PLACES} if user else {}
         row["category"] = max(w, key=w.get) if w and max(w.values()) >= 0.5 else "native"
     return row
 
@@ -236,7 +239,7 @@ def _job(acct: Accounting, all_threads: list[dict], main: dict, moved_on_s: floa
             cpu["python"] += on[0]
             continue
         w = _where(th) or {}
-        for c in ("python", "backend", "simulator", "cuda_api", "openmp"):   # python: frames read there
+        for c in WORK_PLACES:                    # python: frames read there
             cpu[c] += on[0] * w.get(c, 0.0)
         cpu["kernel"] += on[0] * sum(w.get(c, 0.0) for c in KERNEL_PLACES)    # a probe's trap is kernel time
         cpu["native"] += on[0] * (w.get("other", 0.0) if w else 1.0)
