@@ -1028,7 +1028,7 @@ static __always_inline void op_tick(struct tstate *s) {
     }
 }
 
-#define TICK_NS 4000000            // the CPU-clock tick's period (loader.py TICK_HZ, 250)
+#define TICK_NS 4000000            // the CPU-clock tick's mean period (loader.py TICK_HZ, 250; drawn 3.2-4.8 ms, tick_jitter.py)
 
 // A tick runs in the context of the thread it interrupts, so that thread is on a CPU. Where
 // the books still hold it off-CPU, sched_switch did not show its switch-in: on the firecracker

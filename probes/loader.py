@@ -17,6 +17,7 @@ from typing import Callable
 from . import catalog
 from .catalog import ALWAYS_ON, ENTER, EXIT, PAIR, RANGE_END, ProbeSpec
 from . import frameworks as fw
+from .tick_jitter import TickJitter
 from . import bpf_cache, uprobe_multi
 from .maps import MapAccess, ancestors, descendants, mapped_files, task_ids
 from .program import capture_output, compiler_reason, first_line, generic_fn, low_priority, program_text
@@ -91,6 +92,7 @@ class ProbeSet(MapAccess):
         self.compiled: str | None = None          # load(): "cache" (probes/bpf_cache.py) or "bcc"
         self.t0_ns = 0
         self.tick_hz = 0          # the CPU-clock tick's rate once attached (0: none)
+        self.jitter: TickJitter | None = None    # draws the tick's period (None: not drawn)
         self.pystack_error: str | None = None   # why the in-kernel stack sampler cannot run
         self._cfg_lock = threading.Lock()
         self._sop: dict[int, object] = {}        # tid -> the sampled-op history leaf we write
@@ -186,11 +188,24 @@ class ProbeSet(MapAccess):
             self.bpf.attach_perf_event(ev_type=self._bcc.PerfType.SOFTWARE,
                                        ev_config=self._bcc.PerfSWConfig.CPU_CLOCK,
                                        fn_name="on_tick", sample_freq=TICK_HZ, cpu=-1)
-            self.tick_hz = TICK_HZ             # the in-kernel stack sampler's clock too
+            self.tick_hz = TICK_HZ             # the in-kernel stack sampler's clock too (the mean rate)
         except Exception as e:  # no perf events here: operation boundaries wait for events
             self.notify("warn", f"no CPU-clock tick ({first_line(e)}): operation boundaries of threads "
                                 "that run long without a probe hit are applied late")
+        else:
+            self._jitter_tick()
         return self.t0_ns
+
+    def _jitter_tick(self) -> None:
+        """Draw the tick's period at random from now on (probes/tick_jitter.py), unless
+        RLSCOPE_TICK_JITTER=0 (benchmarks and the test that shows what it fixes)."""
+        if os.environ.get("RLSCOPE_TICK_JITTER") == "0":
+            return
+        fds = self.bpf.open_perf_events[(self._bcc.PerfType.SOFTWARE, self._bcc.PerfSWConfig.CPU_CLOCK)]
+        self.jitter = TickJitter(list(fds.values()), 1_000_000_000 // TICK_HZ)
+        if not self.jitter.start():
+            self.notify("warn", f"{self.jitter.error}: a loop paced in step with the 4 ms tick may have all "
+                                "its CPU ticks in one part of its cycle")
 
     def _seed_order(self):
         """The roots, each followed by its descendants (when following children). The monitor
@@ -237,6 +252,8 @@ class ProbeSet(MapAccess):
         uprobe_multi.close_all(links)            # all at once: their grace periods overlap
         for a in self.attached:
             a.parts = {k: v for k, v in a.parts.items() if v[0] != "link"}
+        if self.jitter is not None:
+            self.jitter.stop()                   # before the fds it sets close
         self._close_events_at_once()
         self.bpf.cleanup()
         self.bpf = None

@@ -195,11 +195,14 @@ def test_budget_off_mode_samples_and_estimates_stay_close(ebpf, target, monitor,
     assert s["budget"]["modes"]["backend"] == "off" and s["budget"]["samples"]["backend"] >= 1, s["budget"]
     assert s["sources"]["calls.backend"] == "estimated"
     ours = _shares(s["totals"])
-    # estimated: the stated bound taken to 99.9% plus what the exact correction gives (4 pp,
-    # test_corrected_shares_within_4pp), at least 5 pp (4.4 pp was seen once on an Intel VM when
-    # the bound said 0.3 pp; 5.1 pp in CI on the AMD EPYC VM with a bound of 2.2 pp)
+    # estimated: the stated bound taken to 99.9% plus 2 pp for the boundary between torch's binding
+    # and the Python around it (tests/test_ebpf_phased.py allows it 2 pp), at least 3 pp. Off by
+    # 0.6-1.4 pp in 8 sessions on the AMD EPYC VM (bounds 0.7-0.8 pp). Before the tick's period
+    # was drawn at random (probes/tick_jitter.py) 8 sessions read 0.6-8.0 pp: this loop (~236 us,
+    # its simulator spinning for a fixed time) locked onto the 4 ms tick, whose ticks then met it
+    # at one phase (docs/accuracy.md, "A tick in step with the loop"); it failed CI twice so
     bound = stated_bound_pp(s)
     for c in CATS:
-        assert abs(ours[c] - truth[c]) <= max(0.05, (bound * TO_999 + 4) / 100), (c, ours, truth, s["estimates"])
+        assert abs(ours[c] - truth[c]) <= max(0.03, (bound * TO_999 + 2) / 100), (c, ours, truth, s["estimates"])
     print("overhead", s["overhead"], "budget", s["budget"], "sampler", s.get("sampler"))
     assert s["overhead"]["estimated_pct"] < 5, (s["overhead"], s["budget"])

@@ -4,6 +4,10 @@ Each phase is logged with CLOCK_MONOTONIC bounds, per thread, so the ground trut
 can be cut to exactly the monitor's window. Dumped as JSON on SIGTERM/SIGINT.
 
 usage: known_split.py SIMLIB TRUTH --py-us N --sim-us N --ops N --op-size N [--threads N] [--mp-helpers]
+    [--pace-us N]
+--pace-us paces each cycle to N us, as a fixed-rate control loop does: after its Python and torch
+work the simulator spins until the cycle's deadline (sim_step for the time left), then --sim-us is
+not used.
 
 --mp-helpers starts multiprocessing's forkserver and resource tracker first, as torchrl and
 SB3's SubprocVecEnv do: two child processes that wait on a pipe all session.
@@ -31,6 +35,7 @@ ap.add_argument("--ops", type=int, default=40, help="torch ops per cycle")
 ap.add_argument("--op-size", type=int, default=96, help="square matrix size of each torch.mm")
 ap.add_argument("--threads", type=int, default=1)
 ap.add_argument("--mp-helpers", action="store_true")
+ap.add_argument("--pace-us", type=float, default=0, help="cycle period: the simulator spins until its deadline")
 args = ap.parse_args()
 
 lib = load_simlib(args.simlib)
@@ -59,16 +64,24 @@ def worker() -> None:
     logs.append(log)
     a = torch.randn(args.op_size, args.op_size)
     tid = threading.get_native_id()
+    pace = int(args.pace_us * 1000)
+    deadline = mono() + pace
     while not stop.is_set():
         t0 = mono(); python_phase(args.py_us / 1e6); t1 = mono()
         log.append(("python", tid, t0, t1))
-        if args.sim_us:
+        if args.sim_us and not pace:
             lib.sim_step(args.sim_us / 1e6)
             log.append(("simulator", tid, *bounds.last()))
         for _ in range(args.ops):
             t0 = mono(); r = torch.mm(a, a); t1 = mono()
             log.append(("backend", tid, t0, t1))
             del r     # the tensor is freed outside the op binding: Python time (see README limits)
+        if pace:
+            left = deadline - mono()
+            if left > 0:
+                lib.sim_step(left / 1e9)
+                log.append(("simulator", tid, *bounds.last()))
+            deadline = max(deadline + pace, mono())      # behind: no burst to catch up
 
 
 TIMER_NS = timer_cost()
