@@ -51,10 +51,14 @@ BUILTIN: list[Rule] = [
         "*/torch/utils/data/dataloader.py:__next__"),
     # stable-baselines3 algorithm phases
     *_r("collect_rollouts", "", "*/stable_baselines3/*:collect_rollouts", "*/torchrl/collectors/*:rollout"),
-    *_r("train", "", "*/stable_baselines3/*:train", "*/skrl/agents/*:update"),
+    *_r("train", "", "*/stable_baselines3/*:train", "*/skrl/agents/*:update", "*/d3rlpy/algos/*:update"),
     *_r("inference", "", "*/stable_baselines3/*:predict", "*/skrl/agents/*:act",
+        # d3rlpy: an algorithm's predict/sample_action, and the explorer that calls them
+        "*/d3rlpy/algos/*:predict", "*/d3rlpy/algos/*:sample_action", "*/d3rlpy/algos/qlearning/explorers.py:sample",
         # CleanRL-style agents
         "get_action_and_value", "get_action", "get_value"),
+    # a replay buffer's minibatch, drawn outside the update (d3rlpy's fit_online; SB3 draws inside train)
+    *_r("replay_sample", "", "*/d3rlpy/dataset/*:sample_transition_batch"),
     # torch autograd and optimizers
     *_r("backward", "", "*/torch/_tensor.py:backward", "*/torch/autograd/__init__.py:backward"),
     *_r("optimizer_step", "", "*/torch/optim/*:step"),

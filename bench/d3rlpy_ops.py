@@ -1,0 +1,84 @@
+"""d3rlpy's online DQN (bench/workloads/d3rlpy_dqn.py), attached as a user would, its operations
+against d3rlpy's own timers: `fit_online` measures each part of every step (inference, the env
+step, the replay buffer's draw, the update) and writes their mean per epoch of 1,000 steps. The
+known answer of a session is each part's time over the step's time, from the epochs written while
+it was attached (their rows are whole epochs inside the session, give or take the one it ended in).
+
+d3rlpy pins gymnasium==1.0.0, so it runs from a virtual environment of its own (--python; the
+workload's docstring has the two commands).
+
+usage: sudo .venv/bin/python bench/d3rlpy_ops.py --python /tmp/d3venv/bin/python [--sessions 3] [--seconds 20]
+       [--exact 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CLI = [sys.executable, "-m", "rlscope_top.cli"]
+# d3rlpy's timer -> the operations the built-in rules name inside it
+PARTS = {"inference": ("inference",), "environment_step": ("simulation",), "sample_batch": ("replay_sample",),
+         "algorithm_update": ("train", "backward", "optimizer_step")}
+
+
+def _rows(logdir: str, part: str) -> dict[int, float]:
+    """{epoch: mean seconds} of one timer (the first epoch has no update, so no row for it)."""
+    run = next(os.scandir(logdir)).path
+    with open(os.path.join(run, f"time_{part}.csv")) as f:
+        return {int(r[0]): float(r[2]) for r in (line.split(",") for line in f.read().splitlines())}
+
+
+def _session(pid: int, logdir: str, seconds: float, extra: list[str]) -> tuple[dict, dict]:
+    before = set(_rows(logdir, "step"))
+    with tempfile.TemporaryDirectory() as tmp:
+        summary = os.path.join(tmp, "s.json")
+        subprocess.run([*CLI, "attach", str(pid), "--headless", "--duration", str(seconds), "--summary", summary,
+                        *extra], check=True, capture_output=True)
+        s = json.load(open(summary))
+    steps = _rows(logdir, "step")
+    inside = [e for e in steps if e not in before][1:]   # the epoch running at attach ended inside: left out
+    whole = sum(steps[e] for e in inside)
+    truth = {p: sum(_rows(logdir, p).get(e, 0.0) for e in inside) / whole for p in PARTS}
+    ops = s["operations"]
+    whole = sum(o["wall_s"] for n, o in ops.items() if n != "<all>")
+    ours = {p: sum(ops.get(o, {}).get("wall_s", 0.0) for o in names) / whole for p, names in PARTS.items()}
+    return truth, ours
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--python", required=True, help="the interpreter of a venv with torch==2.13.0 and d3rlpy==2.8.1")
+    ap.add_argument("--sessions", type=int, default=3)
+    ap.add_argument("--seconds", type=float, default=20.0)
+    ap.add_argument("--exact", type=int, default=0, help="sessions with --max-overhead 100 after the default ones")
+    a = ap.parse_args()
+    with tempfile.TemporaryDirectory() as logdir:
+        p = subprocess.Popen([a.python, os.path.join(HERE, "workloads", "d3rlpy_dqn.py"), logdir],
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        try:
+            p.stdout.readline()
+            time.sleep(12)                          # the first 1,000 steps fill the buffer, no updates
+            print("| session | mode | epochs | inference | env step | replay draw | update |")
+            print("|---|---|---|---|---|---|---|")
+            for i in range(a.sessions + a.exact):
+                exact = i >= a.sessions
+                truth, ours = _session(p.pid, logdir, a.seconds, ["--max-overhead", "100"] if exact else [])
+                cells = " | ".join(f"{100 * ours[k]:.1f} / {100 * truth[k]:.1f}" for k in PARTS)
+                epochs = max(_rows(logdir, "step"))
+                print(f"| {i} | {'exact' if exact else 'default'} | {epochs} | {cells} |", flush=True)
+        finally:
+            p.kill()
+    print("\ncells: ours / d3rlpy's own, % (ours: each part's operations over all operations' wall time; "
+          "d3rlpy's: each part's time over its steps' time)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
