@@ -44,11 +44,17 @@ def _session(pid: int, logdir: str, seconds: float, extra: list[str]) -> tuple[d
         s = json.load(open(summary))
     steps = _rows(logdir, "step")
     inside = [e for e in steps if e not in before][1:]   # the epoch running at attach ended inside: left out
-    whole = sum(steps[e] for e in inside)
-    truth = {p: sum(_rows(logdir, p).get(e, 0.0) for e in inside) / whole for p in PARTS}
+    step_s = sum(steps[e] for e in inside)
+    truth = {p: sum(_rows(logdir, p).get(e, 0.0) for e in inside) / step_s for p in PARTS}
     ops = s["operations"]
     whole = sum(o["wall_s"] for n, o in ops.items() if n != "<all>")
     ours = {p: sum(ops.get(o, {}).get("wall_s", 0.0) for o in names) / whole for p, names in PARTS.items()}
+    # torch calls per env step: counted in exact mode, estimated in default mode (the session's
+    # steps: its wall time over d3rlpy's mean time per step in it)
+    mean_step = sum(steps[e] for e in inside) / len(inside)
+    ours["calls_per_step"] = s["calls"]["backend"] * mean_step / ops["<all>"]["wall_s"]
+    bound = s["estimates"].get("backend", {}).get("calls_bound")
+    ours["calls_bound"] = bound / s["calls"]["backend"] if isinstance(bound, int) and s["calls"]["backend"] else None
     return truth, ours
 
 
@@ -65,18 +71,22 @@ def main() -> int:
         try:
             p.stdout.readline()
             time.sleep(12)                          # the first 1,000 steps fill the buffer, no updates
-            print("| session | mode | epochs | inference | env step | replay draw | update |")
-            print("|---|---|---|---|---|---|---|")
+            print("| session | mode | epochs | inference | env step | replay draw | update | torch calls a step |")
+            print("|---|---|---|---|---|---|---|---|")
             for i in range(a.sessions + a.exact):
                 exact = i >= a.sessions
                 truth, ours = _session(p.pid, logdir, a.seconds, ["--max-overhead", "100"] if exact else [])
                 cells = " | ".join(f"{100 * ours[k]:.1f} / {100 * truth[k]:.1f}" for k in PARTS)
                 epochs = max(_rows(logdir, "step"))
-                print(f"| {i} | {'exact' if exact else 'default'} | {epochs} | {cells} |", flush=True)
+                calls = f"{ours['calls_per_step']:.0f}"
+                bound = ours["calls_bound"]
+                calls += f" ±{bound:.0%}" if bound is not None else ""
+                print(f"| {i} | {'exact' if exact else 'default'} | {epochs} | {cells} | {calls} |", flush=True)
         finally:
             p.kill()
     print("\ncells: ours / d3rlpy's own, % (ours: each part's operations over all operations' wall time; "
-          "d3rlpy's: each part's time over its steps' time)")
+          "d3rlpy's: each part's time over its steps' time); torch calls a step: estimated with their stated bound "
+          "in default mode, counted in exact mode")
     return 0
 
 
