@@ -83,8 +83,7 @@ def _time_outermost(cls, name: str) -> None:
 def _time_env_steps() -> None:
     """The simulation operation's extent, by the built-in rules: stable-baselines3's VecEnv.step,
     gymnasium's vector env step/reset, and the step/reset of gymnasium's wrappers and of the
-    CartPole env itself (tianshou steps each env's outermost wrapper from its own loop); for
-    torchrl, its EnvBase's step, step_and_maybe_reset and reset; for skrl, its gymnasium wrapper's step
+    CartPole env itself; for tianshou, its vector env's step and reset; for torchrl, its EnvBase's step, step_and_maybe_reset and reset; for skrl, its gymnasium wrapper's step
     and reset."""
     import gymnasium
 
@@ -104,6 +103,9 @@ def _time_env_steps() -> None:
         from torchrl.envs.common import EnvBase
         classes.append(EnvBase)
         names += ("step_and_maybe_reset",)
+    if any("tianshou" in a for a in rest):   # tianshou's vector env around each env's own step
+        from tianshou.env.venvs import BaseVectorEnv
+        classes.append(BaseVectorEnv)
     if any("skrl" in a for a in rest):     # skrl's wrapper around the vector env (tensors in and out)
         from skrl.envs.wrappers.torch.gymnasium_envs import GymnasiumWrapper
         classes.append(GymnasiumWrapper)

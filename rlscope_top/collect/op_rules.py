@@ -45,7 +45,9 @@ BUILTIN: list[Rule] = [
         # torchrl: its env wrappers' step (tensordicts, transforms, specs) around the simulator
         "*/torchrl/envs/*:step", "*/torchrl/envs/*:step_and_maybe_reset", "*/torchrl/envs/*:reset",
         # skrl: its env wrappers' step/reset (tensors to numpy and back) around the env
-        "*/skrl/envs/wrappers/*:step", "*/skrl/envs/wrappers/*:reset"),
+        "*/skrl/envs/wrappers/*:step", "*/skrl/envs/wrappers/*:reset",
+        # tianshou's vector envs: with SubprocVectorEnv the main process waits here for its workers
+        "*/tianshou/env/venvs.py:step", "*/tianshou/env/venvs.py:reset"),
     # torch DataLoader: a worker process's loop, and the main process waiting for the next batch
     *_r("data_loading", "", "*/torch/utils/data/_utils/worker.py:_worker_loop",
         "*/torch/utils/data/dataloader.py:__next__"),
