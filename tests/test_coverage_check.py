@@ -3,7 +3,8 @@ tests/test_ebpf_coverage.py): ticks by TICK_PLACES against the timed on-CPU spli
 
 from __future__ import annotations
 
-from rlscope_top.account.session_figures import COVERAGE_MIN_TICKS, coverage, coverage_text, openmp_text
+from rlscope_top.account.session_figures import (COVERAGE_MIN_TICKS, coverage, coverage_text, openmp_text,
+                                                 waiting_text)
 
 
 def _th(py=60, be=40, sim=0, other=0, kernel=0):
@@ -53,3 +54,20 @@ def test_openmp_line_speaks_for_a_spinning_pool_only():
     assert "reads low" not in line
     (busy,) = openmp_text({"job": {"cpu_s": cpu}, "overhead": {"by_source_s": {"contention": 0.3}}})
     assert busy.startswith(line) and "overhead above reads low" in busy
+
+
+def test_waiting_line_speaks_when_blocked_threads_are_most_of_the_python():
+    """tianshou's DQN with 4 SubprocVectorEnv workers (10 s): the table's Python 46.6 s, of which
+    its workers' wait for the learner is most (docs/accuracy.md, "tianshou's vector env")."""
+    procs = [{"pid": 1, "role": "main", "in_totals": True, "waiting_s": 0.0}] + \
+        [{"pid": 2 + i, "role": "env worker", "in_totals": True, "waiting_s": w} for i, w in enumerate((9.4, 9.8, 9.9, 9.8))] + \
+        [{"pid": 9, "role": "resource tracker", "in_totals": False, "waiting_s": 10.3}]
+    s = {"totals": {"python_s": 46.64}, "processes": procs,
+         "job": {"critical_path": {"python_s": 7.31, "waiting_s": 38.9}}}
+    (line,) = waiting_text(s)
+    assert line.startswith("WAITING: 38.9s of the Python above (83%)") and "4 env workers 38.9s" in line, line
+    assert "resource tracker" not in line and "Python at work was 7.3s" in line
+    # half or more of the Python, else nothing (a data-starved trainer's own off-CPU column says it);
+    # no Python figure (n/a), nothing
+    assert waiting_text({**s, "job": {"critical_path": {"python_s": 23.0, "waiting_s": 23.0}}}) == []
+    assert waiting_text({**s, "totals": {"python_s": None}}) == [] and waiting_text({}) == []

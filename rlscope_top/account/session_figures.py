@@ -194,6 +194,29 @@ def openmp_text(summary: dict) -> list[str]:
             f"torch.set_num_threads(1) or OMP_WAIT_POLICY=passive gives it back{low}"]
 
 
+WAITING_MIN_SHARE = 0.5    # of the table's Python seconds, blocked, before the summary speaks
+
+
+def waiting_text(summary: dict) -> list[str]:
+    """One line when half or more of the table's Python seconds is the job's Python threads
+    blocked outside probed calls. The table sums every process's Python, and an env worker waits
+    for the learner most of the session: tianshou's DQN with 4 SubprocVectorEnv workers read
+    Python 91%, of which 39 s of 47 was waiting (the job line: python 14.3%, waiting 75.8%)."""
+    crit = (summary.get("job") or {}).get("critical_path") or {}
+    waiting, py = crit.get("waiting_s") or 0.0, (summary.get("totals") or {}).get("python_s")
+    if not isinstance(py, (int, float)) or py <= 0 or waiting < WAITING_MIN_SHARE * py:
+        return []
+    procs = [p for p in summary.get("processes") or [] if p.get("in_totals", True) and (p.get("waiting_s") or 0) > 0]
+    by_role: dict[str, list[float]] = {}
+    for p in procs:
+        by_role.setdefault(p.get("role") or "process", []).append(p["waiting_s"])
+    who = ", ".join(f"{len(v)} {r}{'s' if len(v) > 1 else ''} {sum(v):.1f}s"
+                    for r, v in sorted(by_role.items(), key=lambda kv: -sum(kv[1])))
+    return [f"WAITING: {waiting:.1f}s of the Python above ({100 * waiting / py:.0f}%) is its threads blocked "
+            f"outside probed calls (on another process, a pipe, a queue, a lock){': ' + who if who else ''}; "
+            f"Python at work was {crit.get('python_s') or 0.0:.1f}s (the job line splits them)"]
+
+
 def _thread_row(acct: Accounting, th: dict, wall_s: float) -> dict:
     """One thread. A thread that never ran Python has no Python time: what the probes did not
     bracket is ``native_s``, with where the 250 Hz tick found it running (``where``) and the

@@ -14,7 +14,7 @@ from . import gpu_summary
 from .console import text_console
 from ..account.accounting import Accounting
 from ..account.gpu_figures import GpuView, ranges_stopped
-from ..account.session_figures import coverage_text, figures, openmp_text
+from ..account.session_figures import coverage_text, figures, openmp_text, waiting_text
 from ..ring.records import pid_label
 from ..errors import UnsafePath
 from ..safe_files import root_only_dir, write_output
@@ -147,7 +147,7 @@ def render(summary: dict, console: Console | None = None) -> None:
     console.print(f"probe hits {oh['probe_hits']:,}  estimated overhead {oh['estimated_s']:.3f}s"
                   f" ({'n/a' if pct is None else f'{pct:.2f}%'} of wall time){_over_budget(summary)}{_raised(oh)}  ring drops {summary['ring']['dropped']}",
                   soft_wrap=True)
-    for line in coverage_text(summary) + openmp_text(summary):
+    for line in coverage_text(summary) + openmp_text(summary) + waiting_text(summary):
         console.print(line, soft_wrap=True)
     if steal := steal_text(summary):
         console.print(steal, soft_wrap=True)

@@ -14,7 +14,7 @@ from . import gpu_summary
 from . import summary as S
 from ..account import processes as P
 from ..account.books import Books
-from ..account.session_figures import coverage_text, figures, openmp_text
+from ..account.session_figures import coverage_text, figures, openmp_text, waiting_text
 from ..ring.records import pid_label
 from ..ring.ring import RingReader
 from ..safe_files import is_stream
@@ -201,7 +201,7 @@ class ViewModel:
             "gpu": {"available": s["totals"]["gpu_s"] is not None, "lines": gpu_summary.lines(s)},
             "warnings": [self._when(n) + n["msg"] for n in self.books.cpu.notes if n["level"] in ("warn", "error")],
             "notes": self.notes(),
-            "checks": coverage_text(s) + openmp_text(s),
+            "checks": coverage_text(s) + openmp_text(s) + waiting_text(s),
         }
 
     def _threads(self, s: dict) -> list[dict]:
