@@ -51,8 +51,7 @@ def _session(pid: int, logdir: str, seconds: float, extra: list[str]) -> tuple[d
     ours = {p: sum(ops.get(o, {}).get("wall_s", 0.0) for o in names) / whole for p, names in PARTS.items()}
     # torch calls per env step: counted in exact mode, estimated in default mode (the session's
     # steps: its wall time over d3rlpy's mean time per step in it)
-    mean_step = sum(steps[e] for e in inside) / len(inside)
-    ours["calls_per_step"] = s["calls"]["backend"] * mean_step / ops["<all>"]["wall_s"]
+    ours["calls_per_step"] = s["calls"]["backend"] * (step_s / len(inside)) / ops["<all>"]["wall_s"]
     bound = s["estimates"].get("backend", {}).get("calls_bound")
     ours["calls_bound"] = bound / s["calls"]["backend"] if isinstance(bound, int) and s["calls"]["backend"] else None
     return truth, ours

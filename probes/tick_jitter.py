@@ -27,18 +27,17 @@ EVERY_S = 0.05        # a draw every 50 ms: re-drawn every 100 ms already read w
 class TickJitter:
     """Re-draws the period of the tick's per-CPU perf events until stopped."""
 
-    def __init__(self, fds: list[int], mean_ns: int, every_s: float = EVERY_S, seed: int | None = None):
+    def __init__(self, fds: list[int], mean_ns: int, every_s: float = EVERY_S):
         """
         Args:
             fds: the perf event file descriptors, one per CPU.
             mean_ns: the mean period.
             every_s: how often a new period is drawn.
-            seed: for the draws (tests).
         """
         self.fds, self.mean_ns, self.every_s = list(fds), mean_ns, every_s
         self.error: str | None = None      # why it stopped on its own (the periods then stay as they were)
         self.draws = 0
-        self._rng = random.Random(seed)
+        self._rng = random.Random()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rlscope-tick-jitter", daemon=True)
 

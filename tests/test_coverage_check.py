@@ -59,9 +59,10 @@ def test_openmp_line_speaks_for_a_spinning_pool_only():
 def test_waiting_line_speaks_when_blocked_threads_are_most_of_the_python():
     """tianshou's DQN with 4 SubprocVectorEnv workers (10 s): the table's Python 46.6 s, of which
     its workers' wait for the learner is most (docs/accuracy.md, "tianshou's vector env")."""
-    procs = [{"pid": 1, "role": "main", "in_totals": True, "waiting_s": 0.0}] + \
-        [{"pid": 2 + i, "role": "env worker", "in_totals": True, "waiting_s": w} for i, w in enumerate((9.4, 9.8, 9.9, 9.8))] + \
-        [{"pid": 9, "role": "resource tracker", "in_totals": False, "waiting_s": 10.3}]
+    workers = [{"pid": 2 + i, "role": "env worker", "in_totals": True, "waiting_s": w}
+               for i, w in enumerate((9.4, 9.8, 9.9, 9.8))]
+    procs = [{"pid": 1, "role": "main", "in_totals": True, "waiting_s": 0.0}, *workers,
+             {"pid": 9, "role": "resource tracker", "in_totals": False, "waiting_s": 10.3}]
     s = {"totals": {"python_s": 46.64}, "processes": procs,
          "job": {"critical_path": {"python_s": 7.31, "waiting_s": 38.9}}}
     (line,) = waiting_text(s)

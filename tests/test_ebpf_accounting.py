@@ -200,7 +200,7 @@ def test_budget_off_mode_samples_and_estimates_stay_close(ebpf, target, monitor,
     # 0.6-1.4 pp in 8 sessions on the AMD EPYC VM (bounds 0.7-0.8 pp). Before the tick's period
     # was drawn at random (probes/tick_jitter.py) 8 sessions read 0.6-8.0 pp: this loop (~236 us,
     # its simulator spinning for a fixed time) locked onto the 4 ms tick, whose ticks then met it
-    # at one phase (docs/accuracy.md, "A tick in step with the loop"); it failed CI twice so
+    # at one phase (docs/accuracy.md, "A tick in step with the loop"); it failed CI twice that way
     bound = stated_bound_pp(s)
     for c in CATS:
         assert abs(ours[c] - truth[c]) <= max(0.03, (bound * TO_999 + 2) / 100), (c, ours, truth, s["estimates"])

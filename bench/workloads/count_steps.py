@@ -83,8 +83,8 @@ def _time_outermost(cls, name: str) -> None:
 def _time_env_steps() -> None:
     """The simulation operation's extent, by the built-in rules: stable-baselines3's VecEnv.step,
     gymnasium's vector env step/reset, and the step/reset of gymnasium's wrappers and of the
-    CartPole env itself; for tianshou, its vector env's step and reset; for torchrl, its EnvBase's step, step_and_maybe_reset and reset; for skrl, its gymnasium wrapper's step
-    and reset."""
+    CartPole env itself; for tianshou, its vector env's step and reset; for torchrl, its EnvBase's
+    step, step_and_maybe_reset and reset; for skrl, its gymnasium wrapper's step and reset."""
     import gymnasium
 
     from gymnasium import wrappers
