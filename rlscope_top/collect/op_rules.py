@@ -47,16 +47,25 @@ BUILTIN: list[Rule] = [
         # skrl: its env wrappers' step/reset (tensors to numpy and back) around the env
         "*/skrl/envs/wrappers/*:step", "*/skrl/envs/wrappers/*:reset",
         # tianshou's vector envs: with SubprocVectorEnv the main process waits here for its workers
-        "*/tianshou/env/venvs.py:step", "*/tianshou/env/venvs.py:reset"),
+        "*/tianshou/env/venvs.py:step", "*/tianshou/env/venvs.py:reset",
+        # rl-games: its agents' env_step/env_reset (actions to numpy, results to tensors) around
+        # the vec env; rl-games' own `step_time` is this call
+        "*/rl_games/*:env_step", "*/rl_games/*:env_reset"),
     # torch DataLoader: a worker process's loop, and the main process waiting for the next batch
     *_r("data_loading", "", "*/torch/utils/data/_utils/worker.py:_worker_loop",
         "*/torch/utils/data/dataloader.py:__next__"),
     # stable-baselines3 algorithm phases
-    *_r("collect_rollouts", "", "*/stable_baselines3/*:collect_rollouts", "*/torchrl/collectors/*:rollout"),
-    *_r("train", "", "*/stable_baselines3/*:train", "*/skrl/agents/*:update", "*/d3rlpy/algos/*:update"),
+    *_r("collect_rollouts", "", "*/stable_baselines3/*:collect_rollouts", "*/torchrl/collectors/*:rollout",
+        "*/rl_games/*:play_steps", "*/rl_games/*:play_steps_rnn"),
+    # rl-games: an epoch is play_steps then the update; SAC updates inside play_steps (`update`)
+    *_r("train", "", "*/stable_baselines3/*:train", "*/skrl/agents/*:update", "*/d3rlpy/algos/*:update",
+        "*/rl_games/*:train_epoch", "*/rl_games/algos_torch/sac_agent.py:update"),
     *_r("inference", "", "*/stable_baselines3/*:predict", "*/skrl/agents/*:act",
         # d3rlpy: an algorithm's predict/sample_action, and the explorer that calls them
         "*/d3rlpy/algos/*:predict", "*/d3rlpy/algos/*:sample_action", "*/d3rlpy/algos/qlearning/explorers.py:sample",
+        # rl-games: the policy's forward in a rollout (values for the last step too), SAC's act
+        "*/rl_games/*:get_action_values", "*/rl_games/*:get_masked_action_values", "*/rl_games/*:get_values",
+        "*/rl_games/algos_torch/sac_agent.py:act", "*/rl_games/algos_torch/players.py:get_action",
         # CleanRL-style agents
         "get_action_and_value", "get_action", "get_value"),
     # a replay buffer's minibatch, drawn outside the update (d3rlpy's fit_online; SB3 draws inside train)
