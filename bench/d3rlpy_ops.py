@@ -19,6 +19,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -69,6 +70,7 @@ def main() -> int:
                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         try:
             p.stdout.readline()
+            threading.Thread(target=p.stdout.read, daemon=True).start()   # its log lines: a full pipe blocks it
             time.sleep(12)                          # the first 1,000 steps fill the buffer, no updates
             print("| session | mode | epochs | inference | env step | replay draw | update | torch calls a step |")
             print("|---|---|---|---|---|---|---|---|")

@@ -1,0 +1,116 @@
+"""rl-games' PPO (bench/workloads/rl_games_ppo.py), attached as a user would, its operations
+against rl-games' own timers: each epoch returns the env steps' time, the rollout's and the
+update's, which the workload's shim writes with the epoch's end. The known answer of a session
+is each part's time over the wall time of the epochs that ended inside its window (the first of
+them, begun before attach, left out); the rest of that wall time is rl-games' logging between
+epochs, `<none>` to the rules.
+
+rl-games pins psutil<6, so it runs from a virtual environment of its own (--python; the
+workload's docstring has the two commands).
+
+usage: sudo .venv/bin/python bench/rl_games_ops.py --python /tmp/rgvenv/bin/python [--sessions 3]
+       [--seconds 15] [--exact 0] [--torch-threads 4] [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CLI = [sys.executable, "-m", "rlscope_top.cli"]
+# rl-games' part -> the operations the built-in rules name inside it
+PARTS = {"env step": ("simulation",), "rest of rollout": ("collect_rollouts", "inference"),
+         "update": ("train", "backward", "optimizer_step"), "between epochs": ("<none>",)}
+
+
+def _epochs(path: str) -> list[tuple[int, float, float, float, float]]:
+    with open(path) as f:
+        return [(int(a), float(b), float(c), float(d), float(e))
+                for a, b, c, d, e in (line.split() for line in f if line.strip())]
+
+
+def truth(epochs: list[tuple], t0: int, t1: int) -> dict[str, float]:
+    """Each part's share of the wall time from the end of the first epoch inside [t0, t1] to
+    the end of the last."""
+    inside = [e for e in epochs if t0 <= e[0] <= t1]
+    if len(inside) < 3:
+        raise RuntimeError(f"only {len(inside)} epochs ended inside the session")
+    wall = (inside[-1][0] - inside[0][0]) / 1e9
+    done = inside[1:]
+    step, play, update, total = (sum(e[i] for e in done) for i in (1, 2, 3, 4))
+    return {"env step": step / wall, "rest of rollout": (play - step) / wall, "update": update / wall,
+            "between epochs": 1 - total / wall}
+
+
+def ours(s: dict) -> dict[str, float]:
+    ops = s["operations"]
+    whole = sum(o["wall_s"] for n, o in ops.items() if n != "<all>")
+    return {p: sum(ops.get(o, {}).get("wall_s", 0.0) for o in names) / whole for p, names in PARTS.items()}
+
+
+def categories(totals: dict) -> list[float]:
+    """Python / Backend / Simulator, % of their sum (corrected in exact mode, as the table shows)."""
+    v = [totals.get(f"{c}_s") or 0.0 for c in ("python", "backend", "simulator")]
+    return [100 * x / sum(v) for x in v] if sum(v) else [float("nan")] * 3
+
+
+def _session(pid: int, times: str, seconds: float, extra: list[str], keep: str | None, i: int
+             ) -> tuple[dict, dict, dict]:
+    with tempfile.TemporaryDirectory() as tmp:
+        summary = os.path.join(tmp, "s.json")
+        subprocess.run([*CLI, "attach", str(pid), "--headless", "--duration", str(seconds), "--summary", summary,
+                        *extra], check=True, capture_output=True)
+        s = json.load(open(summary))
+        if keep:                                      # --keep: a copy of each session's summary
+            shutil.copy(summary, os.path.join(keep, f"{pid}-s{i}.json"))
+    t0, t1 = s["window"]["t0_monotonic_ns"], s["window"]["t1_monotonic_ns"]
+    return truth(_epochs(times), t0, t1), ours(s), s
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--python", required=True,
+                    help="the interpreter of a venv with torch==2.13.0, rl-games==1.6.5 and envpool==1.2.5")
+    ap.add_argument("--sessions", type=int, default=3)
+    ap.add_argument("--seconds", type=float, default=15.0)
+    ap.add_argument("--exact", type=int, default=0, help="sessions with --max-overhead 100 after the default ones")
+    ap.add_argument("--keep", metavar="DIR", help="keep each session's summary there")
+    ap.add_argument("--torch-threads", type=int, default=4, help="torch's threads (the shipped config's 4)")
+    a = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        times = os.path.join(tmp, "times.txt")
+        p = subprocess.Popen([a.python, os.path.join(HERE, "workloads", "rl_games_ppo.py"), times,
+                              os.path.join(tmp, "runs"), str(a.torch_threads)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        try:
+            p.stdout.readline()
+            # rl-games prints a line an epoch: a pipe nobody reads fills in ~40 s and blocks it
+            threading.Thread(target=p.stdout.read, daemon=True).start()
+            time.sleep(8)                           # past start-up
+            print("| session | mode | " + " | ".join(PARTS) + " | categories Python / Backend / Simulator | waiting |")
+            print("|---|---|" + "---|" * (len(PARTS) + 2))
+            for i in range(a.sessions + a.exact):
+                exact = i >= a.sessions
+                t, o, s = _session(p.pid, times, a.seconds, ["--max-overhead", "100"] if exact else [],
+                                   a.keep, i)
+                cells = " | ".join(f"{100 * o[k]:.1f} / {100 * t[k]:.1f}" for k in PARTS)
+                cats = " / ".join(f"{v:.1f}" for v in categories(s["totals"]))
+                wait = (s["job"]["critical_path"].get("waiting_s") or 0) / s["totals"]["wall_s"]
+                print(f"| {i} | {'exact' if exact else 'default'} | {cells} | {cats} | {100 * wait:.1f} |", flush=True)
+        finally:
+            p.kill()
+    print("\ncells: ours / rl-games' own, % (ours: each part's operations over all operations' wall time; "
+          "rl-games': each part's time over its epochs' wall time); categories: % of their sum; waiting: the training thread blocked outside every probed call, % of "
+          "wall time (the job line's)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
