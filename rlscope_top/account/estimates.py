@@ -56,7 +56,7 @@ NTICK = 7                # tick places: python (frames read), backend, simulator
 
 def _zero() -> dict:
     return {"ns": [[0, 0] for _ in range(NCAT)], "oh": [0] * NCAT, "calls": [0] * NCAT,
-            "trans": [[0] * NCAT for _ in range(NCAT)], "ticks": [0] * NTICK, "ticks_ok": True}
+            "trans": [[0] * NCAT for _ in range(NCAT)], "ticks": [0] * NTICK, "ticks_ok": True, "pre": 0}
 
 
 def _add(into: dict, rec: dict, sign: int = 1) -> None:
@@ -67,6 +67,7 @@ def _add(into: dict, rec: dict, sign: int = 1) -> None:
         into["calls"][i] += sign * rec["calls"][i]
         for j in range(NCAT):
             into["trans"][i][j] += sign * rec["trans"][i][j]
+    into["pre"] = into.get("pre", 0) + sign * (rec.get("pre") or 0)    # a thread's preempted ns (runnable)
     ticks = rec.get("ticks")
     if ticks is None:
         into["ticks_ok"] = False
@@ -129,6 +130,7 @@ class Pool:
     c_off: float = 0.0
     all: float = 0.0        # all categories' corrected ns
     oh: float = 0.0         # the calibrated probe cost taken out of them
+    off_all: float = 0.0    # every category's off-CPU ns in them: the category's share of it is its blocked time's
     calls: float = 0.0
     trans: list = dataclasses.field(default_factory=lambda: [0.0] * NCAT)   # from-category -> c
     ts: int = 0             # when last decayed
@@ -143,6 +145,7 @@ class Pool:
             f = 0.5 ** ((ts - self.ts) / 1e9 / HALF_LIFE_S)
             self.c_on, self.c_off, self.all, self.calls, self.oh = (self.c_on * f, self.c_off * f, self.all * f,
                                                                     self.calls * f, self.oh * f)
+            self.off_all *= f
             self.trans = [x * f for x in self.trans]
         self.ts = max(self.ts, ts)
 
@@ -150,6 +153,7 @@ class Pool:
         self.decay(ts)
         self.c_on += max(0, d["ns"][ci][0] - d["oh"][ci])
         self.c_off += d["ns"][ci][1]
+        self.off_all += sum(off for _, off in d["ns"])
         every = _all_ns(d)
         self.all += every
         self.oh += sum(d["oh"])
@@ -206,6 +210,14 @@ def estimate(pool: Pool, seg: dict, ci: int, mode: str) -> Extra:
     if mode == "off":
         e.per_ns, e.per_call = (pool.calls / pool.c if pool.c else 0.0), per_call
     return e
+
+
+def _blocked_share(threads) -> float:
+    """The share of threads' off-CPU time in which they were not runnable (blocked, not
+    preempted); 1 where their records have no preemption count."""
+    off = sum(b for d in threads for _, b in d["ns"])
+    pre = sum(d.get("pre", 0) for d in threads)
+    return 1.0 - min(1.0, max(0, pre) / off) if off > 0 else 1.0
 
 
 def _keep_total(extras: dict, total: float) -> None:
@@ -428,7 +440,7 @@ class CategoryEstimate:
             ns, var = self._tick_ns(d, ns_per_tick, whole[1].get(tid))
             if e is None or ns is None:
                 continue
-            self._place(e, d, ns, var)
+            self._place(e, d, ns, var, self._pool_for(tid, self.thread_pools), _blocked_share([d]))
             total += ns
             if var is None:
                 scaled += ns
@@ -436,10 +448,11 @@ class CategoryEstimate:
             else:
                 site_var += var
         if all(d["ticks_ok"] for d in dp.values()):      # each part by its own ticks
+            blocked = _blocked_share(dt.values())
             for name, e in ex.items():
                 ns, var = self._tick_ns(dp[name], ns_per_tick, whole[0].get(name))
                 if ns is not None:
-                    self._place(e, dp[name], ns, var)
+                    self._place(e, dp[name], ns, var, self._pool_for(name, self.pools), blocked)
         else:
             have = sum(e.ns[0] for e in ex.values())          # older records: in proportion
             f = total / have if have > 0 else 0.0
@@ -458,20 +471,38 @@ class CategoryEstimate:
         b.tick_ns = scaled
         return True
 
-    def _place(self, e: Extra, d: dict, ns: float, var: float | None) -> None:
+    def _place(self, e: Extra, d: dict, ns: float, var: float | None, pool: Pool | None = None,
+               blocked: float = 1.0) -> None:
         """Set an estimate's on-CPU part from the ticks. Placed by call site (``var`` given) it
-        is a measurement that needs no window, and its off-CPU part (preempted or blocked
-        inside the category) is the on-CPU part times the category's own off/on ratio in all
-        windows: a part's windows place time by sample and hold, so operations that alternate
-        faster than the samples share their ratio; the whole pool's is the category's."""
+        is a measurement that needs no window, and its off-CPU part comes from ``_off_cpu``."""
         e.ns[0] = ns
         if var is not None:
-            p = self.pooled
-            e.ns[1] = min(ns * (p.c_off / p.c_on if p.c_on > 0 else 0.0), d["ns"][0][1])
+            e.ns[1] = self._off_cpu(ns, d["ns"][0][1], pool or self.pooled, blocked)
             e.unknown = False
         if e.per_call is not None:   # off: the calls follow the tick-placed time (_keep_total keeps their sum)
             e.calls = (e.ns[0] + e.ns[1]) * e.per_ns
             e.trans = [e.calls * t for t in e.per_call]
+
+    def _off_cpu(self, on_ns: float, py_off: float, pool: Pool, blocked: float) -> float:
+        """A site-placed estimate's off-CPU part, out of the ``py_off`` ns its thread spent off CPU
+        while charged to Python; ``blocked``: the threads' share of off-CPU time not runnable.
+
+        - Runnable (preempted on a busy machine): at most the on-CPU part times the category's
+          own off/on ratio in all windows. A part's windows place time by sample and hold, so
+          operations that alternate faster than the samples share their ratio; the whole pool's
+          is the category's, and a part whose ticks never found the category gets none.
+        - Blocked (OpenMP's barrier inside torch with more threads than cores, a lock): the
+          category's share of all off-CPU time in the part's windows (``pool``), where Python's
+          own waits (a queue, a pipe) show as Python's. The ratio took too little of it: per
+          part the ratios spread 0-2x, and each part is capped at its own time (rl-games' PPO
+          left ~1 s of 12 in Python, which exact mode read as Backend).
+        """
+        p = self.pooled
+        ratio = p.c_off / p.c_on if p.c_on > 0 else 0.0
+        share = pool.c_off / pool.off_all if pool.off_all > 0 else 0.0   # two untimed categories: <= 1 together
+        blocked_ns = blocked * py_off
+        off = min(on_ns * ratio, py_off - blocked_ns) + (share * blocked_ns if on_ns > 0 else 0.0)
+        return min(off, py_off)
 
     def _tick_ns(self, d: dict, ns_per_tick: float | None, whole: dict | None = None) -> tuple[float | None, float | None]:
         """A part's on-CPU ns in the category by its ticks, and the variance of that when its
