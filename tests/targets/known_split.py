@@ -3,7 +3,7 @@
 Each phase is logged with CLOCK_MONOTONIC bounds, per thread, so the ground truth
 can be cut to exactly the monitor's window. Dumped as JSON on SIGTERM/SIGINT.
 
-usage: known_split.py SIMLIB TRUTH --py-us N --sim-us N --ops N --op-size N [--threads N] [--mp-helpers]
+usage: known_split.py SIMLIB TRUTH --py-us N --sim-us N --ops N --op-size N [--threads N] [--mp-helpers] [--torch-threads N]
     [--pace-us N]
 --pace-us paces each cycle to N us, as a fixed-rate control loop does: after its Python and torch
 work the simulator spins until the cycle's deadline (sim_step for the time left), then --sim-us is
@@ -35,12 +35,14 @@ ap.add_argument("--ops", type=int, default=40, help="torch ops per cycle")
 ap.add_argument("--op-size", type=int, default=96, help="square matrix size of each torch.mm")
 ap.add_argument("--threads", type=int, default=1)
 ap.add_argument("--mp-helpers", action="store_true")
+ap.add_argument("--torch-threads", type=int, default=1,
+                help="torch's intra-op threads (more than the cores: the caller blocks inside torch's ops)")
 ap.add_argument("--pace-us", type=float, default=0, help="cycle period: the simulator spins until its deadline")
 args = ap.parse_args()
 
 lib = load_simlib(args.simlib)
 bounds = SimBounds(lib)
-torch.set_num_threads(1)
+torch.set_num_threads(args.torch_threads)
 mono = time.monotonic_ns
 logs: list[list] = []
 stop = threading.Event()
