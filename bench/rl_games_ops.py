@@ -66,14 +66,15 @@ def slowdown_table(rows: list[tuple]) -> list[str]:
     for i, mode, plain, on, self_pct, parts in rows:
         meas = 100 * (1 - plain / on)
         ratio = f"{self_pct / meas:.2f}" if meas > 0.5 else "n/a"
-        out.append(f"| {i} | {mode} | {1e3 * plain:.2f} / {1e3 * on:.2f} | {meas:.1f} | {self_pct:.1f} | {ratio} | {parts} |")
+        out.append(f"| {i} | {mode} | {1e3 * plain:.2f} / {1e3 * on:.2f} | {meas:.1f} | {self_pct:.1f} | {ratio} "
+                   f"| {parts} |")
     for mode in ("default", "exact"):
         sel = [r for r in rows if r[1] == mode]
         if sel:
             meas = statistics.median(100 * (1 - r[2] / r[3]) for r in sel)
             rep = statistics.median(r[4] for r in sel)
-            out.append(f"| median of {len(sel)} | {mode} | | {meas:.1f} | {rep:.1f} | {rep / meas:.2f} |"
-                       if meas > 0.5 else f"| median of {len(sel)} | {mode} | | {meas:.1f} | {rep:.1f} | n/a |")
+            ratio = f"{rep / meas:.2f}" if meas > 0.5 else "n/a"
+            out.append(f"| median of {len(sel)} | {mode} | | {meas:.1f} | {rep:.1f} | {ratio} | |")
     return out
 
 
@@ -118,7 +119,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         times = os.path.join(tmp, "times.txt")
         p = subprocess.Popen([a.python, os.path.join(HERE, "workloads", "rl_games_ppo.py"), times,
-                              os.path.join(tmp, "runs"), str(a.torch_threads)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                              os.path.join(tmp, "runs"), str(a.torch_threads)],
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         try:
             p.stdout.readline()
             # rl-games prints a line an epoch: a pipe nobody reads fills in ~40 s and blocks it
@@ -141,7 +143,8 @@ def main() -> int:
                 src = s["overhead"]["by_source_s"]
                 parts = " / ".join(f"{100 * (src.get(k) or 0) / s['totals']['wall_s']:.1f}"
                                    for k in ("probes", "kernel_extra", "contention", "sampler"))
-                slow.append((i, "exact" if exact else "default", w0 + int(0.5e9), w1, s["overhead"]["estimated_pct"], parts))
+                slow.append((i, "exact" if exact else "default", w0 + int(0.5e9), w1,
+                             s["overhead"]["estimated_pct"], parts))
             if a.gap:
                 spans.append((time.monotonic_ns(), time.sleep(a.gap) or time.monotonic_ns()))
                 ep = _epochs(times)
@@ -151,8 +154,8 @@ def main() -> int:
         finally:
             p.kill()
     print("\ncells: ours / rl-games' own, % (ours: each part's operations over all operations' wall time; "
-          "rl-games': each part's time over its epochs' wall time); categories: % of their sum; waiting: the training thread blocked outside every probed call, % of "
-          "wall time (the job line's)")
+          "rl-games': each part's time over its epochs' wall time); categories: % of their sum; waiting: the "
+          "training thread blocked outside every probed call, % of wall time (the job line's)")
     return 0
 
 
