@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
+import threading
 from typing import Callable
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -74,3 +77,38 @@ def profiled(argv: list[str], go: Callable[[subprocess.Popen], None], summary: s
         raise RuntimeError(f"rlscope-top exited {m.returncode}: {err[-600:]}")
     with open(summary) as f:
         return json.load(f), out
+
+
+def started(argv: list[str]) -> subprocess.Popen:
+    """A long-running workload past its `ready` line, the rest of its stdout read in a thread: one
+    that prints as it runs (rl-games: a line an epoch) blocks once a pipe nobody reads is full."""
+    t = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    wait_ready(t)
+    threading.Thread(target=t.stdout.read, daemon=True).start()
+    return t
+
+
+def headless(pid: int, seconds: float, extra: tuple[str, ...] | list[str] = (), keep: str | None = None) -> dict:
+    """One `attach PID --headless --duration S` session to a running workload; its summary.
+
+    Args:
+        pid: the workload's PID.
+        seconds: the session's duration.
+        extra: more `attach` options.
+        keep: where to copy the summary JSON too, if anywhere.
+    """
+    with tempfile.TemporaryDirectory() as tmp:
+        summary = os.path.join(tmp, "s.json")
+        subprocess.run([PY, "-m", "rlscope_top.cli", "attach", str(pid), "--headless", "--duration", str(seconds),
+                        "--summary", summary, *extra], cwd=REPO, check=True, capture_output=True)
+        if keep:
+            shutil.copy(summary, keep)
+        with open(summary) as f:
+            return json.load(f)
+
+
+def op_shares(summary: dict, parts: dict[str, tuple[str, ...]]) -> dict[str, float]:
+    """Each part's operations' wall time over all operations' (``<all>`` aside)."""
+    ops = summary["operations"]
+    whole = sum(o["wall_s"] for n, o in ops.items() if n != "<all>")
+    return {p: sum(ops.get(o, {}).get("wall_s", 0.0) for o in names) / whole for p, names in parts.items()}

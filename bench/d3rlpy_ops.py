@@ -14,16 +14,14 @@ usage: sudo .venv/bin/python bench/d3rlpy_ops.py --python /tmp/d3venv/bin/python
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 
+from attached import headless, op_shares, started
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-CLI = [sys.executable, "-m", "rlscope_top.cli"]
 # d3rlpy's timer -> the operations the built-in rules name inside it
 PARTS = {"inference": ("inference",), "environment_step": ("simulation",), "sample_batch": ("replay_sample",),
          "algorithm_update": ("train", "backward", "optimizer_step")}
@@ -38,18 +36,13 @@ def _rows(logdir: str, part: str) -> dict[int, float]:
 
 def _session(pid: int, logdir: str, seconds: float, extra: list[str]) -> tuple[dict, dict]:
     before = set(_rows(logdir, "step"))
-    with tempfile.TemporaryDirectory() as tmp:
-        summary = os.path.join(tmp, "s.json")
-        subprocess.run([*CLI, "attach", str(pid), "--headless", "--duration", str(seconds), "--summary", summary,
-                        *extra], check=True, capture_output=True)
-        s = json.load(open(summary))
+    s = headless(pid, seconds, extra)
     steps = _rows(logdir, "step")
     inside = [e for e in steps if e not in before][1:]   # the epoch running at attach ended inside: left out
     step_s = sum(steps[e] for e in inside)
     truth = {p: sum(_rows(logdir, p).get(e, 0.0) for e in inside) / step_s for p in PARTS}
     ops = s["operations"]
-    whole = sum(o["wall_s"] for n, o in ops.items() if n != "<all>")
-    ours = {p: sum(ops.get(o, {}).get("wall_s", 0.0) for o in names) / whole for p, names in PARTS.items()}
+    ours = op_shares(s, PARTS)
     # torch calls per env step: counted in exact mode, estimated in default mode (the session's
     # steps: its wall time over d3rlpy's mean time per step in it)
     ours["calls_per_step"] = s["calls"]["backend"] * (step_s / len(inside)) / ops["<all>"]["wall_s"]
@@ -66,11 +59,8 @@ def main() -> int:
     ap.add_argument("--exact", type=int, default=0, help="sessions with --max-overhead 100 after the default ones")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as logdir:
-        p = subprocess.Popen([a.python, os.path.join(HERE, "workloads", "d3rlpy_dqn.py"), logdir],
-                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        p = started([a.python, os.path.join(HERE, "workloads", "d3rlpy_dqn.py"), logdir])
         try:
-            p.stdout.readline()
-            threading.Thread(target=p.stdout.read, daemon=True).start()   # its log lines: a full pipe blocks it
             time.sleep(12)                          # the first 1,000 steps fill the buffer, no updates
             print("| session | mode | epochs | inference | env step | replay draw | update | torch calls a step |")
             print("|---|---|---|---|---|---|---|---|")

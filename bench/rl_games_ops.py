@@ -16,18 +16,15 @@ usage: sudo .venv/bin/python bench/rl_games_ops.py --python /tmp/rgvenv/bin/pyth
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 
+from attached import headless, op_shares, started
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-CLI = [sys.executable, "-m", "rlscope_top.cli"]
 # rl-games' part -> the operations the built-in rules name inside it
 PARTS = {"env step": ("simulation",), "rest of rollout": ("collect_rollouts", "inference"),
          "update": ("train", "backward", "optimizer_step"), "between epochs": ("<none>",)}
@@ -78,12 +75,6 @@ def slowdown_table(rows: list[tuple]) -> list[str]:
     return out
 
 
-def ours(s: dict) -> dict[str, float]:
-    ops = s["operations"]
-    whole = sum(o["wall_s"] for n, o in ops.items() if n != "<all>")
-    return {p: sum(ops.get(o, {}).get("wall_s", 0.0) for o in names) / whole for p, names in PARTS.items()}
-
-
 def categories(totals: dict) -> list[float]:
     """Python / Backend / Simulator, % of their sum (corrected in exact mode, as the table shows)."""
     v = [totals.get(f"{c}_s") or 0.0 for c in ("python", "backend", "simulator")]
@@ -92,15 +83,9 @@ def categories(totals: dict) -> list[float]:
 
 def _session(pid: int, times: str, seconds: float, extra: list[str], keep: str | None, i: int
              ) -> tuple[dict, dict, dict]:
-    with tempfile.TemporaryDirectory() as tmp:
-        summary = os.path.join(tmp, "s.json")
-        subprocess.run([*CLI, "attach", str(pid), "--headless", "--duration", str(seconds), "--summary", summary,
-                        *extra], check=True, capture_output=True)
-        s = json.load(open(summary))
-        if keep:                                      # --keep: a copy of each session's summary
-            shutil.copy(summary, os.path.join(keep, f"{pid}-s{i}.json"))
+    s = headless(pid, seconds, extra, os.path.join(keep, f"{pid}-s{i}.json") if keep else None)
     t0, t1 = s["window"]["t0_monotonic_ns"], s["window"]["t1_monotonic_ns"]
-    return truth(_epochs(times), t0, t1), ours(s), s
+    return truth(_epochs(times), t0, t1), op_shares(s, PARTS), s
 
 
 def main() -> int:
@@ -118,13 +103,9 @@ def main() -> int:
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         times = os.path.join(tmp, "times.txt")
-        p = subprocess.Popen([a.python, os.path.join(HERE, "workloads", "rl_games_ppo.py"), times,
-                              os.path.join(tmp, "runs"), str(a.torch_threads)],
-                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        p = started([a.python, os.path.join(HERE, "workloads", "rl_games_ppo.py"), times,
+                     os.path.join(tmp, "runs"), str(a.torch_threads)])
         try:
-            p.stdout.readline()
-            # rl-games prints a line an epoch: a pipe nobody reads fills in ~40 s and blocks it
-            threading.Thread(target=p.stdout.read, daemon=True).start()
             time.sleep(8)                           # past start-up
             print("| session | mode | " + " | ".join(PARTS) + " | categories Python / Backend / Simulator | waiting |")
             print("|---|---|" + "---|" * (len(PARTS) + 2))
