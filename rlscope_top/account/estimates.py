@@ -471,13 +471,12 @@ class CategoryEstimate:
         b.tick_ns = scaled
         return True
 
-    def _place(self, e: Extra, d: dict, ns: float, var: float | None, pool: Pool | None = None,
-               blocked: float = 1.0) -> None:
+    def _place(self, e: Extra, d: dict, ns: float, var: float | None, pool: Pool, blocked: float) -> None:
         """Set an estimate's on-CPU part from the ticks. Placed by call site (``var`` given) it
         is a measurement that needs no window, and its off-CPU part comes from ``_off_cpu``."""
         e.ns[0] = ns
         if var is not None:
-            e.ns[1] = self._off_cpu(ns, d["ns"][0][1], pool or self.pooled, blocked)
+            e.ns[1] = self._off_cpu(ns, d["ns"][0][1], pool, blocked)
             e.unknown = False
         if e.per_call is not None:   # off: the calls follow the tick-placed time (_keep_total keeps their sum)
             e.calls = (e.ns[0] + e.ns[1]) * e.per_ns
