@@ -121,7 +121,7 @@ def read(shown: str, path: str, pattern: str | None) -> Listing:
                                "/usr/lib/debug), or rebuild it with -g and without -s")
     if not listing.functions:
         raise SymbolError(f"no function in {os.path.basename(shown)} matches {pattern!r} ({total} functions)",
-                          hint=f"try a broader pattern, e.g. '*{_stem(pattern)}*', or none to list all {total}")
+                          hint=f"try a broader pattern, e.g. '*{_pattern_stem(pattern)}*', or none to list all {total}")
     return listing
 
 
@@ -138,7 +138,8 @@ def matcher(pattern: str | None) -> Callable[[Function], bool] | None:
     return lambda fn: test(fn.name) or (fn.name.startswith("_Z") and test(fn.demangled))
 
 
-def _stem(pattern: str | None) -> str:
+def _pattern_stem(pattern: str | None) -> str:
+    """The first half of a pattern's literal characters (at least 3): a broader pattern to suggest."""
     stem = "".join(c for c in (pattern or "") if c not in "*?[]")
     return stem[: max(3, len(stem) // 2)] or "step"
 
