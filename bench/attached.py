@@ -102,6 +102,7 @@ def headless(pid: int, seconds: float, extra: tuple[str, ...] | list[str] = (), 
         subprocess.run([PY, "-m", "rlscope_top.cli", "attach", str(pid), "--headless", "--duration", str(seconds),
                         "--summary", summary, *extra], cwd=REPO, check=True, capture_output=True)
         if keep:
+            os.makedirs(os.path.dirname(keep) or ".", exist_ok=True)
             shutil.copy(summary, keep)
         with open(summary) as f:
             return json.load(f)

@@ -243,12 +243,12 @@ def table(rows: list[dict]) -> list[str]:
 def overhead_table(rows: list[dict]) -> list[str]:
     """The self-report against the measured slowdown, with the self-report's parts (issue 12:
     within 30%)."""
-    out = ["| program | session | measured slowdown % | self-reported % | self / measured | probes % | kernel_extra % "
-           "| contention % | sampler % | monitor CPU, % of a core |", "|---|---|---|---|---|---|---|---|---|---|"]
+    out = ["| program | session | measured slowdown % | self-reported % | self / measured | probes % | bookkeeping % "
+           "| kernel_extra % | contention % | sampler % | monitor CPU, % of a core |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         src, w = r["by_source_s"], r["wall_s"] or float("nan")
         ratio = _ratio(r["self_pct"], r["measured_pct"])
-        parts = " | ".join(f"{100 * (src.get(k) or 0.0) / w:.1f}" for k in ("probes", "kernel_extra", "contention", "sampler"))
+        parts = " | ".join(f"{100 * (src.get(k) or 0.0) / w:.1f}" for k in ("probes", "bookkeeping", "kernel_extra", "contention", "sampler"))
         cpu = f"{100 * r['monitor_cpu_s'] / w:.1f}" if r.get("monitor_cpu_s") is not None else "n/a"
         out.append(f"| {r['program']} | {r['mode']} | {r['measured_pct']:.1f} | {r['self_pct']:.1f} | {ratio:.2f} | {parts} "
                    f"| {cpu} |")

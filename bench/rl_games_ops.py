@@ -59,7 +59,7 @@ def slowdown_table(rows: list[tuple]) -> list[str]:
     """The self-report against the slowdown of rl-games' epochs (fixed work each: 512 steps and
     4 mini-epochs), attached against the unattached spans on both sides."""
     out = ["| session | mode | epoch unattached / attached, ms | measured slowdown % | self-reported % | self / measured "
-           "| its parts: probes / kernel_extra / contention / sampler % |", "|---|---|---|---|---|---|---|"]
+           "| its parts: probes / bookkeeping / kernel_extra / contention / sampler % |", "|---|---|---|---|---|---|---|"]
     for i, mode, plain, on, self_pct, parts in rows:
         meas = 100 * (1 - plain / on)
         ratio = f"{self_pct / meas:.2f}" if meas > 0.5 else "n/a"
@@ -123,7 +123,7 @@ def main() -> int:
                 w0, w1 = s["window"]["t0_monotonic_ns"], s["window"]["t1_monotonic_ns"]
                 src = s["overhead"]["by_source_s"]
                 parts = " / ".join(f"{100 * (src.get(k) or 0) / s['totals']['wall_s']:.1f}"
-                                   for k in ("probes", "kernel_extra", "contention", "sampler"))
+                                   for k in ("probes", "bookkeeping", "kernel_extra", "contention", "sampler"))
                 slow.append((i, "exact" if exact else "default", w0 + int(0.5e9), w1,
                              s["overhead"]["estimated_pct"], parts))
             if a.gap:

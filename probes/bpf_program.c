@@ -160,6 +160,21 @@ static __always_inline void ev_dropped(void) {
 BPF_PERCPU_ARRAY(run_fixes, u64, 1);  // ticks that found a thread the books held off-CPU (tick_on_cpu)
 BPF_PERCPU_ARRAY(closed_calls, u64, 1);   // calls left open by a budget step, closed (depth_sync)
 
+// The program's own time on the targets' context switches [BK_SWITCH] and CPU-clock ticks
+// [BK_TICK], stack reads included (pystat[1] holds those alone): work the calibrated probe
+// prices do not hold, taken from the target (sched_switch runs as its thread switches, a tick
+// interrupts it). The tracepoint's and the perf event's own dispatch is not in it.
+#define BK_SWITCH 0
+#define BK_TICK 1
+BPF_PERCPU_ARRAY(bookkeep, u64, 2);
+BPF_PERCPU_ARRAY(bk_start, u64, 1);   // this CPU's tick start, for pys_tick (on_tick's tail call)
+
+static __always_inline void bk_add(int k, u64 since) {
+    u64 *c = bookkeep.lookup(&k);
+    if (c)
+        *c += bpf_ktime_get_ns() - since;
+}
+
 // Calibrated cost of a hit, split by where it lands: before the timestamp (the
 // category being left) and after it (the category being entered).
 struct cost {
@@ -758,9 +773,10 @@ static __always_inline void switch_in(struct tstate *s, u64 at) {
 TRACEPOINT_PROBE(sched, sched_switch) {
     u64 now = bpf_ktime_get_ns();
     u32 prev = args->prev_pid, next = args->next_pid;
-    u32 pys_off = 0, pys_tgid = 0;
+    u32 pys_off = 0, pys_tgid = 0, mine = 0;
     struct tstate *s = threads.lookup(&prev);
     if (s && !s->exited && targets.lookup(&s->tgid)) {
+        mine = 1;
         u32 tgid = bpf_get_current_pid_tgid() >> 32;
         if (s->tgid != tgid) {
             threads.delete(&prev);  // a forked child process, not one of our threads
@@ -779,6 +795,7 @@ TRACEPOINT_PROBE(sched, sched_switch) {
     }
     s = threads.lookup(&next);
     if (s && !s->exited && targets.lookup(&s->tgid)) {
+        mine = 1;
         switch_in(s, now);
     }
     if (pys_off) {                     // pys_switch below, handed what it needs; no return from it
@@ -787,6 +804,8 @@ TRACEPOINT_PROBE(sched, sched_switch) {
         pys_arg.update(&zero, &a);
         pys_switch_prog.call(args, 0);
     }
+    if (mine)
+        bk_add(BK_SWITCH, now);
     return 0;
 }
 
@@ -799,13 +818,16 @@ int pys_switch(void *ctx) {
         return 0;
     u32 tid = a->tid;
     struct tstate *s = threads.lookup(&tid);
-    if (!s)
+    if (!s) {
+        bk_add(BK_SWITCH, a->now);
         return 0;
+    }
     // Blocked: its stack now is the operation it waits in. Preempted inside a call where it
     // also waits (a vector env's step that wakes its workers): its wait site's operation, else
     // the one the ticks saw.
     u32 op = a->preempted ? pys_preempted_op(a->tgid, tid, a->now) : pys_sample(a->tgid, tid, a->now, PYS_WHY_BLOCK);
     pys_apply(s, a->now, PYS_WHY_BLOCK, op);
+    bk_add(BK_SWITCH, a->now);
     return 0;
 }
 
@@ -1054,6 +1076,8 @@ int on_tick(struct bpf_perf_event_data *ctx) {
     struct tstate *s = threads.lookup(&tid);
     if (!s || s->exited || !targets.lookup(&s->tgid))
         return 0;
+    int zero = 0;
+    bk_start.update(&zero, &now);
     tick_on_cpu(s, now);
     u64 uip = 0;
     u32 omp = 0;
@@ -1073,6 +1097,7 @@ int on_tick(struct bpf_perf_event_data *ctx) {
     }
     pys_tick_prog.call(ctx, 0);        // pys_tick below; no return from it
     op_tick(s);                        // no stack sampler here: the operation standing
+    bk_add(BK_TICK, now);
     return 0;
 }
 
@@ -1089,6 +1114,9 @@ int pys_tick(struct bpf_perf_event_data *ctx) {
         pys_apply(s, now, PYS_WHY_TICK, op);
     }
     op_tick(s);                        // the operation this tick's own stack named, if it did
+    int zero = 0;
+    u64 *t0 = bk_start.lookup(&zero);
+    bk_add(BK_TICK, t0 ? *t0 : now);
     return 0;
 }
 

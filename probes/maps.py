@@ -360,6 +360,11 @@ class MapAccess:
         show (bpf_program.c ``tick_on_cpu``), summed over CPUs."""
         return int(sum(self.bpf["run_fixes"][ct.c_int(0)]))
 
+    def bookkeeping_ns(self) -> int:
+        """ns the program spent on the targets' context switches and CPU-clock ticks, stack
+        reads included (bpf_program.c ``bookkeep``), summed over CPUs."""
+        return int(sum(sum(self.bpf["bookkeep"][ct.c_int(k)]) for k in (0, 1)))
+
     def closed_calls(self) -> int:
         """Threads' calls a budget step left open (their exit probes gone), closed at their next
         event (bpf_program.c ``depth_sync``), summed over CPUs."""

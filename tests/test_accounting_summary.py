@@ -243,6 +243,25 @@ def test_a_kernel_part_above_calibration_scales_the_probes_whole_cost(probes_s, 
     assert kernel == pytest.approx(want)
 
 
+@pytest.mark.parametrize("cost, own_s, want", [
+    ({"base_sys_per_s": 0.0, "base_read": False, "life_sys_per_s": 0.06}, 0.45, 0.03),   # rl-games: its kernel ticks
+    ({"base_sys_per_s": 0.0, "base_read": False, "life_sys_per_s": 0.01}, 0.45, 0.01),   # never above its life
+    ({"base_sys_per_s": 0.0, "base_read": False, "life_sys_per_s": None}, 0.45, 0.03),
+    ({"base_sys_per_s": 0.0, "base_read": True, "life_sys_per_s": 0.06}, 0.45, 0.0),     # a stretch that read it
+    ({"base_sys_per_s": 0.02}, 0.45, 0.02),                                               # a meter from before
+])
+def test_a_pre_attach_rate_the_stretch_could_not_read_is_bounded_by_the_session(cost, own_s, want):
+    assert F._with_base(cost, own_s, 15.0)["base_sys_per_s"] == pytest.approx(want)
+
+
+def test_the_targets_own_kernel_time_is_its_kernel_ticks_share_of_its_cpu_time():
+    a = Accounting()
+    on = [[2_000_000_000, 0], [1_000_000_000, 5], [0, 0], [0, 0]]     # 3 s on CPU
+    a.threads = {1: {"ns": on, "ticks": [500, 200, 0, 0, 0, 50, 0]},  # kernel: 50 of 750 ticks
+                 2: {"ns": on, "ticks": []}}                           # no ticks: none counted
+    assert F._own_kernel_s(a) == pytest.approx(3.0 * 50 / 750)
+
+
 def test_the_kernel_share_is_weighted_by_each_probe_cost():
     a = Accounting()
     a.meta = {"labels": ["op begin", "sim"],

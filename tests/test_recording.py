@@ -306,6 +306,21 @@ def test_a_window_from_s_is_the_counters_growth_since_it_opened(tmp_path):
     assert recording.since(ops_stream(), 0) == ops_stream()            # before the first counters: all
 
 
+def test_a_windows_bookkeeping_is_what_the_program_spent_in_it(tmp_path):
+    """The counters' ``bookkeeping_s`` is cumulative: a window's self-report holds its growth."""
+    from rlscope_top.commands.replay import summary_of
+    from streams import ops_stream
+
+    recs = ops_stream()
+    ctrs = [r for r in recs if r.get("t") == R.COUNTERS]
+    for r, bk in zip(ctrs, (0.011, 0.041)):
+        r["bookkeeping_s"] = bk
+    path, _ = _record(tmp_path, recs)
+    whole, late = summary_of(str(path)), summary_of(str(path), (1.0, None))
+    assert whole["overhead"]["by_source_s"]["bookkeeping"] == pytest.approx(0.041)
+    assert late["overhead"]["by_source_s"]["bookkeeping"] == pytest.approx(0.030)
+
+
 def test_a_window_counts_the_ranges_closed_in_it(tmp_path):
     """The kernel's range totals are cumulative, like the rest of the counters: a window's
     ranges are their growth since it opened (23 by 0.5 s, 1009 by 2.0 s: 986 in --from 1)."""

@@ -51,6 +51,7 @@ class Accounting:
         self.event_drops = 0                     # events the kernel's buffer had no room for
         self.run_fixes = 0                       # switch-ins a tick found missing (maps.run_fixes)
         self.closed_calls = 0                    # calls a budget step left open, closed (maps.closed_calls)
+        self.bookkeeping_s = 0.0                 # the program's own time on the target's switches and ticks
         self.procs: list[dict] = []              # the job's processes (``process`` records), newest
 
     def feed(self, records: list[dict]) -> None:
@@ -94,6 +95,7 @@ class Accounting:
         self.event_drops = r.get("event_drops", self.event_drops)
         self.run_fixes = r.get("run_fixes", self.run_fixes)
         self.closed_calls = r.get("closed_calls", self.closed_calls)
+        self.bookkeeping_s = r.get("bookkeeping_s", self.bookkeeping_s)
         if "ranges" in r:      # summed in the kernel (recordings from before: paired from intervals)
             self._kernel_ranges = True
             self.ranges = {n: RangeStat(count, ns) for n, (count, ns) in r["ranges"].items() if count}

@@ -501,17 +501,23 @@ def _budget(acct: Accounting) -> dict:
 def _overhead_by_source(acct: Accounting, gpu: GpuView) -> dict[str, float]:
     """What profiling costs the target, in seconds, by where it comes from: the probes'
     calibrated cost; the scheduler probe (calibrated cost per context switch of the target's
-    threads); measured kernel time and monitor CPU beyond those (`_measured_extra_s`); the
-    stack sampler (austin's CPU time: a core the machine does not have for the job); the GPU
-    agent's buffer callbacks; and CUPTI's own cost per traced activity
-    (gpu_source.CUPTI_NS_PER_ACTIVITY)."""
+    threads); the BPF program's own work on the target's switches and clock ticks (measured in
+    the kernel: ``bookkeeping``); measured kernel time and monitor CPU beyond those
+    (`_measured_extra_s`); the stack sampler (the kernel sampler's stack reads, austin's CPU
+    time: a core the machine does not have for the job); the GPU agent's buffer callbacks; and
+    CUPTI's own cost per traced activity (gpu_source.CUPTI_NS_PER_ACTIVITY)."""
     cb, total = agent_cost_ns(gpu)
     switches = sum(th.get("sw", 0) for th in acct.threads.values())
-    sampler = (acct.sampler or {}).get("cpu_s") or 0.0
+    smp = acct.sampler or {}
+    sampler = smp.get("cpu_s") or 0.0
     probes, sched = acct.estimated_overhead_s(), switches * acct.meta.get("switch_ns", 0) / 1e9
-    kernel, contention = _measured_extra_s(acct.cost, acct.duration_s, probes, sched, _kernel_share(acct))
-    return {"probes": probes, "scheduler": sched, "kernel_extra": kernel, "contention": contention,
-            "sampler": sampler, "gpu_agent": cb / 1e9, "cupti": max(0, total - cb) / 1e9}
+    books = acct.bookkeeping_s
+    # the target's own kernel time that measured sources explain: the kernel sampler's reads run there too
+    known = sched + books + (sampler if smp.get("tool") == "kernel" else 0.0)
+    cost = _with_base(acct.cost, _own_kernel_s(acct), acct.duration_s)
+    kernel, contention = _measured_extra_s(cost, acct.duration_s, probes, known, _kernel_share(acct))
+    return {"probes": probes, "scheduler": sched, "bookkeeping": books, "kernel_extra": kernel,
+            "contention": contention, "sampler": sampler, "gpu_agent": cb / 1e9, "cupti": max(0, total - cb) / 1e9}
 
 
 # The target's own system time moves by more than the probes add when it is large: the demo's
@@ -524,6 +530,32 @@ QUIET_SYS_PER_S = 0.05
 # part shows it, and the rest of their cost (the code after each trap) is taken to scale with it,
 # up to this many times the calibrated cost. Beyond that a rise is not the probes': counted as is.
 MAX_PRICE_RATIO = 3.0
+
+
+def _own_kernel_s(acct: Accounting) -> float:
+    """The target's kernel time outside the probes' traps, by its threads' CPU-clock ticks
+    (their on-CPU time times the ticks' share in place ``kernel``): its own system calls and faults."""
+    k = TICK_PLACES.index("kernel")
+    own = 0.0
+    for th in acct.threads.values():
+        ticks = th.get("ticks") or ()
+        n = sum(ticks)
+        if n and len(ticks) > k:
+            own += sum(x[0] for x in th["ns"]) / 1e9 * ticks[k] / n
+    return own
+
+
+def _with_base(cost: dict | None, own_kernel_s: float, wall_s: float) -> dict | None:
+    """The cost meter's reading with its pre-attach rate bounded where the stretch could not
+    read it (no clock tick in a short stretch: cost_meter ``base_read``): the target's own kernel
+    ticks in the session show at least that rate, and its lifetime average at most (start-up
+    included). rl-games' PPO (~0.045 s/s of its own) read 0 or 0.06 before attach, session by
+    session, and its self-report 6.4% or 1.7% with it; its kernel ticks read 0.024-0.032 s/s."""
+    if not cost or cost.get("base_read", True) or not wall_s:
+        return cost
+    base, life = cost.get("base_sys_per_s") or 0.0, cost.get("life_sys_per_s")
+    seen = max(base, own_kernel_s / wall_s)
+    return {**cost, "base_sys_per_s": seen if life is None else min(life, seen)}
 
 
 def _kernel_share(acct: Accounting) -> float | None:
@@ -539,12 +571,13 @@ def _kernel_share(acct: Accounting) -> float | None:
     return kern / cost if cost > 0 else None
 
 
-def _measured_extra_s(cost: dict | None, wall_s: float, probes_s: float, sched_s: float,
+def _measured_extra_s(cost: dict | None, wall_s: float, probes_s: float, known_s: float,
                       kernel_share: float | None = None) -> tuple[float, float]:
     """What rlscope_top/collect/cost_meter.py measured beyond the calibrated figures, in seconds.
 
     Kernel: the target's extra system time (over its pre-attach rate, when that rate is low
-    enough to tell the probes' part: QUIET_SYS_PER_S), less the scheduler probe's cost. Where
+    enough to tell the probes' part: QUIET_SYS_PER_S), less the kernel time measured sources
+    explain (the scheduler probe, the program's bookkeeping, the kernel sampler's reads). Where
     the calibrated kernel share of the probes' cost is known, a rise above the probes' own
     kernel part means they cost this program more than calibrated, and their whole cost (the
     user-side part too) is scaled by it, up to MAX_PRICE_RATIO; otherwise what the probes'
@@ -556,7 +589,8 @@ def _measured_extra_s(cost: dict | None, wall_s: float, probes_s: float, sched_s
         cost: the cost meter's figures, or None.
         wall_s: the session's wall time.
         probes_s: the probes' calibrated cost.
-        sched_s: the scheduler probe's calibrated cost.
+        known_s: the target's kernel time that other sources explain (the scheduler probe's
+            calibrated cost, the program's measured bookkeeping and stack reads).
         kernel_share: the calibrated kernel share of the probes' cost, or None.
     """
     if not cost:
@@ -564,7 +598,7 @@ def _measured_extra_s(cost: dict | None, wall_s: float, probes_s: float, sched_s
     base = cost.get("base_sys_per_s")
     kernel = 0.0
     if base is not None and base <= QUIET_SYS_PER_S:
-        rise = cost["target_sys_s"] - base * wall_s - sched_s
+        rise = cost["target_sys_s"] - base * wall_s - known_s
         if kernel_share and probes_s > 0:
             expected = kernel_share * probes_s
             ratio = min(MAX_PRICE_RATIO, rise / expected)

@@ -46,6 +46,11 @@ class CostMeter:
         self._pre: tuple[float, float] | None = None
         self._start: tuple[float, ...] | None = None   # target sys, target cpu, monitor cpu, idle, busy, steal, all
         self.base_sys_per_s: float | None = None
+        # a short stretch with no clock tick in it says only that the rate is low (rl-games'
+        # 0.045 s/s read 0 or 0.06 session by session): the figures then bound it by the
+        # target's own kernel ticks in the session (session_figures._base_rate)
+        self.base_read = True
+        self.life_sys_per_s: float | None = None
         self._last: dict | None = None
 
     def before_attach(self) -> None:
@@ -67,10 +72,12 @@ class CostMeter:
         span = now - self._pre[0] if self._pre is not None else 0.0
         rate = max(0.0, (cpu[0] - self._pre[1]) / span) if span >= MIN_SHORT_S else None
         life = self._lifetime_sys_rate(cpu[0])
+        self.life_sys_per_s = life
         if span >= MIN_BASELINE_S or life is None:
             self.base_sys_per_s = rate
         else:       # a short stretch (the program from the cache) or none: the lower of it and the life
             self.base_sys_per_s = life if rate is None else min(rate, life)
+            self.base_read = bool(rate)
 
     def begin(self) -> None:
         """Start the session's readings (at t0, probes attached)."""
@@ -78,8 +85,8 @@ class CostMeter:
         self._start = (*cpu, time.process_time(), *_machine_s())
 
     def read(self) -> dict | None:
-        """{target_sys_s, target_cpu_s, base_sys_per_s, monitor_cpu_s, idle_cpu_s, busy_cpu_s,
-        steal_cpu_s, all_cpu_s} since begin(), or None before it. A target that is gone keeps its last reading."""
+        """{target_sys_s, target_cpu_s, base_sys_per_s, base_read, life_sys_per_s, monitor_cpu_s,
+        idle_cpu_s, busy_cpu_s, steal_cpu_s, all_cpu_s} since begin(), or None before it. A target that is gone keeps its last reading."""
         if self._start is None:
             return None
         cpu = self._target_cpu()
@@ -88,7 +95,8 @@ class CostMeter:
         s0, c0, m0, i0, b0, st0, a0 = self._start
         idle, busy, steal, whole = _machine_s()
         self._last = {"target_sys_s": round(max(0.0, cpu[0] - s0), 4), "target_cpu_s": round(max(0.0, cpu[1] - c0), 4),
-                      "base_sys_per_s": self.base_sys_per_s, "monitor_cpu_s": round(time.process_time() - m0, 4),
+                      "base_sys_per_s": self.base_sys_per_s, "base_read": self.base_read,
+                      "life_sys_per_s": self.life_sys_per_s, "monitor_cpu_s": round(time.process_time() - m0, 4),
                       "idle_cpu_s": round(idle - i0, 4), "busy_cpu_s": round(busy - b0, 4),
                       "steal_cpu_s": round(max(0.0, steal - st0), 4), "all_cpu_s": round(max(0.0, whole - a0), 4)}
         return self._last

@@ -76,6 +76,7 @@ class RecordBuilder:
         rec["event_drops"] = self.probes.event_drops()
         rec["run_fixes"] = self.probes.run_fixes()
         rec["closed_calls"] = self.probes.closed_calls()
+        rec["bookkeeping_s"] = self._bookkeeping_s()
         if ranges := self.probes.named_ranges():
             rec["ranges"] = ranges
         cost = self.cost.read()
@@ -88,6 +89,12 @@ class RecordBuilder:
             rec["sampler"] = {"tool": smp.tool, "hz": smp.hz, "samples": smp.total, "invalid": smp.invalid, "cpu_s": smp.cpu_s(),
                               "error": smp.error, "site_ticks": smp.site_ticks()}
         return rec
+
+    def _bookkeeping_s(self) -> float:
+        """The program's time on the targets' switches and ticks less its stack reads (the
+        kernel sampler's ``cpu_s``, counted apart as ``sampler``)."""
+        reads = self.sampler.cpu_s() if self.sampler is not None and self.sampler.tool == "kernel" else 0.0
+        return round(max(0.0, self.probes.bookkeeping_ns() / 1e9 - (reads or 0.0)), 6)
 
     def _prices(self) -> dict:
         """Probe costs measured on the target's calls (probe_prices.py): all trap ticks so far,

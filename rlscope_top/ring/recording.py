@@ -218,7 +218,7 @@ def load(path: str, window: Window = (None, None)) -> tuple[Recording, list[dict
 # the window opened. Names, flags and rates stand as they are.
 _GROWS = frozenset(("ns", "trans", "calls", "oh", "fw", "ticks", "sw", "pre", "omp", "samples", "samples_incl", "ranges",
                     "samples_total", "nested", "hits", "target_sys_s", "target_cpu_s", "monitor_cpu_s",
-                    "idle_cpu_s", "busy_cpu_s", "steal_cpu_s", "all_cpu_s", "invalid", "cpu_s"))
+                    "idle_cpu_s", "busy_cpu_s", "steal_cpu_s", "all_cpu_s", "invalid", "cpu_s", "bookkeeping_s"))
 _GPU_GROWS = frozenset(("all", "ops", "devices", "overlap", "op_overlap", "sync"))
 
 
