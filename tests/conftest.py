@@ -46,6 +46,13 @@ def _fresh_after_the_calibration(items: list) -> None:
     items[:] = rest[:at] + fresh + rest[at:]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _sb3_logs_in_tmp(tmp_path_factory):
+    """SB3 makes an empty /tmp/SB3-<time> directory for every logger with no folder (each
+    target that trains, the demo): theirs go under pytest's own temporary tree instead."""
+    os.environ.setdefault("SB3_LOGDIR", str(tmp_path_factory.mktemp("sb3-logs")))
+
+
 @pytest.fixture
 def ebpf():
     """Gate for tests that load real BPF programs."""
