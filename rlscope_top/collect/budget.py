@@ -13,8 +13,9 @@ before). It goes straight to off when counting alone would still be over budget.
 A window whose costs, less the step, are still over budget takes the next step at once
 (``Budget.then``), not a window later. Steps are never undone within a session.
 
-The stack sampler's own CPU counts too (``fixed_pct``: no step lowers it; it halves its own
-rate when it uses more than half the budget). Choosing between count and off, the costs that
+The stack sampler's own CPU counts too, and the BPF program's bookkeeping on the target's
+switches and ticks (``fixed_pct``: no step lowers them; the sampler halves its own rate when it
+uses more than half the budget). Choosing between count and off, the costs that
 stay must leave WINDOW_SHARE of the budget to the re-timing windows. (Holding every later
 step to that stricter line stepped a ~3%-cost simulator down too on the phased trainer, and
 its estimate then missed by 17 pp: further steps use the whole budget.)
@@ -63,7 +64,7 @@ class Budget:
         self._last_hits: list[int] = []
         self._last_extra: dict[str, int] = {}
         self.last_pct = 0.0
-        self.fixed_pct = 0.0    # costs no step can lower (the stack sampler's CPU), % of wall time
+        self.fixed_pct = 0.0    # costs no step can lower (the stack sampler's CPU, the program's bookkeeping), % of wall time
         self._window: tuple | None = None   # the last priced window's costs, for ``then``
 
     def reset(self) -> None:

@@ -73,6 +73,8 @@ class Collector(OperationSources, BudgetLoop, RecordBuilder):
         self._sampler_reported = False
         self._aops: dict[int, int] = {}          # tid -> annotated op at the latest read
         self._smp_window = (0.0, 0.0)            # (monotonic s, sampler CPU s) at the window start
+        self._bk_window = (0.0, 0.0)             # (monotonic s, bookkeeping s) at the window start
+        self._smp_pct = self._bk_pct = 0.0       # the sampler's and the bookkeeping's budget.fixed_pct
         self.cost = CostMeter(pid)               # kernel time and CPU the probes' calibration does not see
         self.prices = probe_prices.ProbePrices()  # probe costs measured on the target's own calls
         self._last_price = 0.0
