@@ -1,0 +1,102 @@
+"""The self-report on a program whose cost is its context switches (bench/workloads/pingpong.py:
+two threads passing a byte over pipes, ~2 switches a round trip): its round-trip rate unattached
+(the spans either side) against attached (the session's window from 1 s after it opens), next
+to the self-report and its parts (issue 12: an honest self-report; the program's bookkeeping
+on switches is measured by the program itself, `bookkeeping`).
+
+usage: sudo .venv/bin/python bench/switch_cost.py [--sessions 5] [--seconds 8] [--gap 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from attached import PY, headless  # noqa: E402
+
+
+def _count(path: str) -> int:
+    with open(path, "rb") as f:
+        return struct.unpack("q", f.read(8))[0]
+
+
+def _rate(path: str, seconds: float) -> float:
+    n0, t0 = _count(path), time.monotonic()
+    time.sleep(seconds)
+    return (_count(path) - n0) / (time.monotonic() - t0)
+
+
+def _attached(pid: int, path: str, seconds: float) -> tuple[float, dict]:
+    """One session; the rate over its window from 1 s after it opens (a reader thread samples
+    the counter every 50 ms with the monotonic clock the summary's window uses)."""
+    import threading
+    marks: list[tuple[int, int]] = []
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            marks.append((time.monotonic_ns(), _count(path)))
+            time.sleep(0.05)
+
+    th = threading.Thread(target=sample)
+    th.start()
+    try:
+        s = headless(pid, seconds)
+    finally:
+        stop.set()
+        th.join()
+    w0, w1 = s["window"]["t0_monotonic_ns"] + int(1e9), s["window"]["t1_monotonic_ns"]
+    inside = [m for m in marks if w0 <= m[0] <= w1]
+    rate = (inside[-1][1] - inside[0][1]) / ((inside[-1][0] - inside[0][0]) / 1e9)
+    return rate, s
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sessions", type=int, default=5)
+    ap.add_argument("--seconds", type=float, default=8.0)
+    ap.add_argument("--gap", type=float, default=4.0, help="unattached seconds before and after each session")
+    a = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "count")
+        t = subprocess.Popen([PY, os.path.join(HERE, "workloads", "pingpong.py"), path], stdout=subprocess.PIPE, text=True)
+        try:
+            assert t.stdout.readline().startswith("ready")
+            time.sleep(2.0)
+            print("| session | round trips/s unattached / attached | measured slowdown % | self-reported % "
+                  "| self / measured | its parts: probes / scheduler / bookkeeping / kernel_extra / sampler % |")
+            print("|---|---|---|---|---|---|")
+            ratios = []
+            before = _rate(path, a.gap)
+            for i in range(a.sessions):
+                on, s = _attached(t.pid, path, a.seconds)
+                after = _rate(path, a.gap)
+                plain = (before + after) / 2
+                meas = 100 * (1 - on / plain)
+                rep = s["overhead"]["estimated_pct"]
+                src, w = s["overhead"]["by_source_s"], s["duration_s"]
+                parts = " / ".join(f"{100 * (src.get(k) or 0.0) / w:.1f}" for k in ("probes", "scheduler", "bookkeeping",
+                                                                                    "kernel_extra", "sampler"))
+                ratio = rep / meas if meas > 0.5 else float("nan")
+                ratios.append(ratio)
+                print(f"| {i} | {plain:,.0f} / {on:,.0f} | {meas:.1f} | {rep:.1f} | {ratio:.2f} | {parts} |")
+                before = after
+            ok = [r for r in ratios if r == r]
+            if ok:
+                print(f"| median of {len(ok)} | | | | {statistics.median(ok):.2f} | |")
+        finally:
+            t.kill()
+            t.wait()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
