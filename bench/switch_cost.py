@@ -4,7 +4,7 @@ two threads passing a byte over pipes, ~2 switches a round trip): its round-trip
 to the self-report and its parts (issue 12: an honest self-report; the program's bookkeeping
 on switches is measured by the program itself, `bookkeeping`).
 
-usage: sudo .venv/bin/python bench/switch_cost.py [--sessions 5] [--seconds 8] [--gap 4]
+usage: sudo .venv/bin/python bench/switch_cost.py [--sessions 5] [--seconds 8] [--gap 4] [--args "--sample-hz 0"]
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def _rate(path: str, seconds: float) -> float:
     return (_count(path) - n0) / (time.monotonic() - t0)
 
 
-def _attached(pid: int, path: str, seconds: float) -> tuple[float, dict]:
+def _attached(pid: int, path: str, seconds: float, extra: list[str]) -> tuple[float, dict]:
     """One session; the rate over its window from 1 s after it opens (a reader thread samples
     the counter every 50 ms with the monotonic clock the summary's window uses)."""
     import threading
@@ -49,7 +49,7 @@ def _attached(pid: int, path: str, seconds: float) -> tuple[float, dict]:
     th = threading.Thread(target=sample)
     th.start()
     try:
-        s = headless(pid, seconds)
+        s = headless(pid, seconds, extra)
     finally:
         stop.set()
         th.join()
@@ -64,6 +64,7 @@ def main() -> int:
     ap.add_argument("--sessions", type=int, default=5)
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--gap", type=float, default=4.0, help="unattached seconds before and after each session")
+    ap.add_argument("--args", default="", help="more rlscope-top arguments for the sessions")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "count")
@@ -77,7 +78,7 @@ def main() -> int:
             ratios = []
             before = _rate(path, a.gap)
             for i in range(a.sessions):
-                on, s = _attached(t.pid, path, a.seconds)
+                on, s = _attached(t.pid, path, a.seconds, a.args.split())
                 after = _rate(path, a.gap)
                 plain = (before + after) / 2
                 meas = 100 * (1 - on / plain)
