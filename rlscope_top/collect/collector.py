@@ -213,6 +213,7 @@ class Collector(OperationSources, BudgetLoop, RecordBuilder):
         self.neighbours.check(now)
         self._drain_events()
         self._check_sampler()
+        self._bookkeeping_budget()
         self._record_stacks()
         self._forget_gone()
         ctr = self._counters()

@@ -48,7 +48,7 @@ class CostMeter:
         self.base_sys_per_s: float | None = None
         # a short stretch with no clock tick in it says only that the rate is low (rl-games'
         # 0.045 s/s read 0 or 0.06 session by session): the figures then bound it by the
-        # target's own kernel ticks in the session (session_figures._base_rate)
+        # target's own kernel ticks in the session (session_figures._with_base)
         self.base_read = True
         self.life_sys_per_s: float | None = None
         self._last: dict | None = None

@@ -94,7 +94,6 @@ class OperationSources:
 
     def _check_sampler(self) -> None:
         """Keep the sampler's own CPU inside half the budget; say once why it stopped."""
-        self._bookkeeping_budget()
         smp = self.sampler
         if smp is None:
             return
@@ -128,30 +127,21 @@ class OperationSources:
         """Every 5 s: the program's bookkeeping on the target's switches and ticks (measured in
         the kernel; ~2% of rl-games' job with 4 torch threads) goes into the budget's total
         beside the sampler's CPU: no step lowers it either."""
-        now, books = time.monotonic(), self._bookkeeping_s()
-        t0, b0 = self._bk_window
-        if now - t0 < SAMPLER_WINDOW_S:
-            return
-        self._bk_window = (now, books)
-        if t0:
-            self._bk_pct = 100 * (books - b0) / (now - t0)
+        self._bk_window, pct = _window_pct(self._bk_window, self._bookkeeping_s)
+        if pct is not None:
+            self._bk_pct = pct
             self.budget.fixed_pct = self._smp_pct + self._bk_pct
 
     def _sampler_budget(self, smp) -> None:
         """Every 5 s: austin's CPU goes into the budget's total; above half the budget (% of one
         core) it halves its rate."""
-        now, cpu = time.monotonic(), smp.cpu_s()
-        if cpu is None or smp.ended:
+        if smp.ended:
             return
-        t0, c0 = self._smp_window
-        if now - t0 < SAMPLER_WINDOW_S:
-            return
-        self._smp_window = (now, cpu)
-        pct = 100 * (cpu - c0) / (now - t0) if t0 else 0.0
-        if t0:
+        self._smp_window, pct = _window_pct(self._smp_window, smp.cpu_s)
+        if pct is not None:
             self._smp_pct = pct
             self.budget.fixed_pct = self._smp_pct + self._bk_pct    # in the budget's total: no step lowers it
-        if t0 and pct > SAMPLER_SHARE * self.budget.max_pct and smp.hz > MIN_SAMPLE_HZ:
+        if pct is not None and pct > SAMPLER_SHARE * self.budget.max_pct and smp.hz > MIN_SAMPLE_HZ:
             hz = max(MIN_SAMPLE_HZ, smp.hz / 2)
             self.note("warn", f"stack sampler used {pct:.1f}% of a core > {SAMPLER_SHARE * self.budget.max_pct:g}%: "
                                f"{smp.hz:g} -> {hz:g} samples/s")
@@ -186,3 +176,24 @@ class OperationSources:
             self.sampler.stop()
         if self.region is not None:
             self.region.detach()
+
+
+def _window_pct(window: tuple[float, float], read) -> tuple[tuple[float, float], float | None]:
+    """A cost's growth over its window as % of the window's wall time, once SAMPLER_WINDOW_S
+    has passed since the window began (``read`` is called only then).
+
+    Args:
+        window: (monotonic s, the cost's cumulative seconds) at the window's start; (0, 0) before the first.
+        read: the cost's cumulative seconds now, or None where it cannot say (the window stays).
+
+    Returns:
+        (the window to keep, the % over the one that ended, or None: too early, unread, or the first).
+    """
+    now = time.monotonic()
+    t0, c0 = window
+    if now - t0 < SAMPLER_WINDOW_S:
+        return window, None
+    cost = read()
+    if cost is None:
+        return window, None
+    return (now, cost), (100 * (cost - c0) / (now - t0) if t0 else None)
