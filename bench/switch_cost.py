@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import struct
 import subprocess
 import sys
 import tempfile
@@ -21,42 +20,14 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from attached import PY, headless  # noqa: E402
+from real_rl import Steps  # noqa: E402
 
 
-def _count(path: str) -> int:
-    with open(path, "rb") as f:
-        return struct.unpack("q", f.read(8))[0]
-
-
-def _rate(path: str, seconds: float) -> float:
-    n0, t0 = _count(path), time.monotonic()
+def _spans(steps: Steps, seconds: float) -> float:
+    """The round-trip rate over the next ``seconds``, unattached."""
+    t0 = time.monotonic_ns()
     time.sleep(seconds)
-    return (_count(path) - n0) / (time.monotonic() - t0)
-
-
-def _attached(pid: int, path: str, seconds: float, extra: list[str]) -> tuple[float, dict]:
-    """One session; the rate over its window from 1 s after it opens (a reader thread samples
-    the counter every 50 ms with the monotonic clock the summary's window uses)."""
-    import threading
-    marks: list[tuple[int, int]] = []
-    stop = threading.Event()
-
-    def sample() -> None:
-        while not stop.is_set():
-            marks.append((time.monotonic_ns(), _count(path)))
-            time.sleep(0.05)
-
-    th = threading.Thread(target=sample)
-    th.start()
-    try:
-        s = headless(pid, seconds, extra)
-    finally:
-        stop.set()
-        th.join()
-    w0, w1 = s["window"]["t0_monotonic_ns"] + int(1e9), s["window"]["t1_monotonic_ns"]
-    inside = [m for m in marks if w0 <= m[0] <= w1]
-    rate = (inside[-1][1] - inside[0][1]) / ((inside[-1][0] - inside[0][0]) / 1e9)
-    return rate, s
+    return steps.rate(t0, time.monotonic_ns())
 
 
 def main() -> int:
@@ -68,6 +39,7 @@ def main() -> int:
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "count")
+        steps = Steps(path, every=0.05)       # samples the workload's counter on the monotonic clock
         t = subprocess.Popen([PY, os.path.join(HERE, "workloads", "pingpong.py"), path], stdout=subprocess.PIPE, text=True)
         try:
             assert t.stdout.readline().startswith("ready")
@@ -76,10 +48,11 @@ def main() -> int:
                   "| self / measured | its parts: probes / scheduler / bookkeeping / kernel_extra / sampler % |")
             print("|---|---|---|---|---|---|")
             ratios = []
-            before = _rate(path, a.gap)
+            before = _spans(steps, a.gap)
             for i in range(a.sessions):
-                on, s = _attached(t.pid, path, a.seconds, a.args.split())
-                after = _rate(path, a.gap)
+                s = headless(t.pid, a.seconds, a.args.split())
+                on = steps.rate(s["window"]["t0_monotonic_ns"] + int(1e9), s["window"]["t1_monotonic_ns"])
+                after = _spans(steps, a.gap)
                 plain = (before + after) / 2
                 meas = 100 * (1 - on / plain)
                 rep = s["overhead"]["estimated_pct"]

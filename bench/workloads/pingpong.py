@@ -1,6 +1,7 @@
 """Two threads passing a byte back and forth over pipes, forever: a program whose cost to the
 profiler is its context switches (bench/switch_cost.py). Each round trip bumps a counter in a
-shared file (its first 8 bytes), so a bench reads the rate from outside.
+shared file (its first 8 bytes, in bench/real_rl.py's ``Steps`` layout), so a bench reads the
+rate from outside.
 
 Both threads keep to one CPU (the last one): each switch then goes from one thread to the
 other, with no CPU going idle between. Across two CPUs a VM's idle-and-wake path set the rate:
@@ -17,8 +18,8 @@ import threading
 
 os.sched_setaffinity(0, {max(os.sched_getaffinity(0))})
 fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)
-os.ftruncate(fd, 8)
-counter = mmap.mmap(fd, 8)
+os.ftruncate(fd, 16)
+counter = mmap.mmap(fd, 16)
 a, b = os.pipe(), os.pipe()
 
 
