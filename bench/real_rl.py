@@ -272,7 +272,22 @@ def _medians(rows: list[dict]) -> list[str]:
             span = f"{_ratio(self_, hi):.2f}-{_ratio(self_, lo):.2f}" if lo > 0.5 else f"{_ratio(self_, hi):.2f}-"
             out.append(f"| {prog} | {mode}, median of {len(ds)} | {meas:.1f} [{lo:.1f} to {hi:.1f}, {100 * cover:.0f}%] "
                        f"| {self_:.1f} | {_ratio(self_, meas):.2f} [{span}] | | | | | |")
+            out.append(_mean_row(prog, mode, ds))
     return out
+
+
+def _mean_row(prog: str, mode: str, ds: list[dict]) -> str:
+    """The sessions' mean slowdown with its standard error, against the mean self-report: a
+    session's yardstick is unbiased (unattached "sessions" in its place read a mean of ~0) but
+    spreads by ~2.5 pp (this VM's cores each slow by up to a quarter for seconds at a time, on
+    their own), so many sessions narrow it as 1 / sqrt(N)."""
+    meas = [r["measured_pct"] for r in ds]
+    mean, se = statistics.mean(meas), statistics.stdev(meas) / len(meas) ** 0.5
+    self_ = statistics.mean(r["self_pct"] for r in ds)
+    span = f"{_ratio(self_, mean + 2 * se):.2f}-{_ratio(self_, mean - 2 * se):.2f}" if mean - 2 * se > 0.5 else \
+        f"{_ratio(self_, mean + 2 * se):.2f}-"
+    return (f"| {prog} | {mode}, mean of {len(ds)} | {mean:.1f} +- {se:.1f} (2 se: {mean - 2 * se:.1f} to "
+            f"{mean + 2 * se:.1f}) | {self_:.1f} | {_ratio(self_, mean):.2f} [{span}] | | | | | |")
 
 
 def write_docs(rows: list[dict], sessions: int, seconds: float, gap: float, exact: int = 1) -> None:

@@ -35,3 +35,12 @@ def test_a_default_session_is_compared_with_the_exact_ones_either_side_of_it():
             assert ref[i] == second
         else:
             assert ref[i] == (first + second) / 2             # between: the mean of both
+
+
+def test_the_mean_row_gives_the_sessions_mean_its_standard_error_and_the_ratio_it_allows():
+    from real_rl import _mean_row
+    rows = [{"measured_pct": m, "self_pct": 1.5} for m in (1.0, 2.0, 3.0, 4.0, 5.0)]   # mean 3, sd 1.58, se 0.71
+    row = _mean_row("p", "default", rows)
+    assert "mean of 5 | 3.0 +- 0.7 (2 se: 1.6 to 4.4) | 1.5 | 0.50 [0.34-0.95]" in row
+    wide = _mean_row("p", "default", [{"measured_pct": m, "self_pct": 1.5} for m in (-9.0, 3.0, 12.0)])
+    assert wide.endswith("| 0.75 [0.11-] | | | | | |")     # an interval reaching 0 gives no upper bound
