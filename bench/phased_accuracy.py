@@ -104,7 +104,6 @@ def main() -> None:
         if not os.path.exists(calib) and args.mode != "control":
             subprocess.run([PY, "-m", "rlscope_top.cli", "calibrate"], cwd=REPO, check=True, capture_output=True,
                            env={**os.environ, "RLSCOPE_CALIBRATION": calib})
-        largest: list[float] = []
         for i in range(args.sessions):
             s, items, spans = session(tmp, simlib, calib, args.mode, i)
             if args.keep:
@@ -135,10 +134,9 @@ def main() -> None:
             # and issue 12's acceptance read it (the truth spans either side drift with the phases)
             work = work_shares(items, spans, s["window"])
             errs = {c: 100 * (s["totals"][f"{c}_s"] / tot - work[c]) for c in CATS}
-            largest.append(max(abs(e) for e in errs.values()))
             print(f"{args.mode} {i}: " + "  ".join(
                 f"{c} {100 * s['totals'][f'{c}_s'] / tot:.1f}% vs {100 * work[c]:.1f}% ({errs[c]:+.1f} pp)" for c in CATS)
-                + f"  (the window's own work at the unprobed rates; largest {largest[-1]:.1f} pp)")
+                + f"  (the window's own work at the unprobed rates; largest {max(map(abs, errs.values())):.1f} pp)")
             smp = s.get("sampler") or {}
             print(f"   modes {s['budget']['modes']}, sampler {smp.get('tool')}, ticks placed by call site "
                   f"{smp.get('site_ticks')}, stated bound ±{s['estimates'].get('backend', {}).get('bound_pp')} pp, "

@@ -269,9 +269,8 @@ def _medians(rows: list[dict]) -> list[str]:
                 continue
             meas, self_ = statistics.median(r["measured_pct"] for r in ds), statistics.median(r["self_pct"] for r in ds)
             lo, hi, cover = median_interval([r["measured_pct"] for r in ds])
-            span = f"{_ratio(self_, hi):.2f}-{_ratio(self_, lo):.2f}" if lo > 0.5 else f"{_ratio(self_, hi):.2f}-"
             out.append(f"| {prog} | {mode}, median of {len(ds)} | {meas:.1f} [{lo:.1f} to {hi:.1f}, {100 * cover:.0f}%] "
-                       f"| {self_:.1f} | {_ratio(self_, meas):.2f} [{span}] | | | | | |")
+                       f"| {self_:.1f} | {_ratio(self_, meas):.2f} [{_ratio_range(self_, lo, hi)}] | | | | | |")
             out.append(_mean_row(prog, mode, ds))
     return out
 
@@ -283,11 +282,15 @@ def _mean_row(prog: str, mode: str, ds: list[dict]) -> str:
     their own), so many sessions narrow it as 1 / sqrt(N)."""
     meas = [r["measured_pct"] for r in ds]
     mean, se = statistics.mean(meas), statistics.stdev(meas) / len(meas) ** 0.5
-    self_ = statistics.mean(r["self_pct"] for r in ds)
-    span = f"{_ratio(self_, mean + 2 * se):.2f}-{_ratio(self_, mean - 2 * se):.2f}" if mean - 2 * se > 0.5 else \
-        f"{_ratio(self_, mean + 2 * se):.2f}-"
-    return (f"| {prog} | {mode}, mean of {len(ds)} | {mean:.1f} +- {se:.1f} (2 se: {mean - 2 * se:.1f} to "
-            f"{mean + 2 * se:.1f}) | {self_:.1f} | {_ratio(self_, mean):.2f} [{span}] | | | | | |")
+    self_, lo, hi = statistics.mean(r["self_pct"] for r in ds), mean - 2 * se, mean + 2 * se
+    return (f"| {prog} | {mode}, mean of {len(ds)} | {mean:.1f} +- {se:.1f} (2 se: {lo:.1f} to {hi:.1f}) "
+            f"| {self_:.1f} | {_ratio(self_, mean):.2f} [{_ratio_range(self_, lo, hi)}] | | | | | |")
+
+
+def _ratio_range(self_pct: float, lo: float, hi: float) -> str:
+    """The self / measured ratios a measured interval [lo, hi] allows; no upper end where lo
+    is too small to divide by."""
+    return f"{_ratio(self_pct, hi):.2f}-{_ratio(self_pct, lo):.2f}" if lo > 0.5 else f"{_ratio(self_pct, hi):.2f}-"
 
 
 def write_docs(rows: list[dict], sessions: int, seconds: float, gap: float, exact: int = 1) -> None:

@@ -20,7 +20,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from attached import PY, headless  # noqa: E402
-from real_rl import Steps  # noqa: E402
+from real_rl import Steps, _ratio  # noqa: E402
 
 
 def _spans(steps: Steps, seconds: float) -> float:
@@ -59,7 +59,7 @@ def main() -> int:
                 src, w = s["overhead"]["by_source_s"], s["duration_s"]
                 parts = " / ".join(f"{100 * (src.get(k) or 0.0) / w:.1f}" for k in ("probes", "scheduler", "bookkeeping",
                                                                                     "kernel_extra", "sampler"))
-                ratio = rep / meas if meas > 0.5 else float("nan")
+                ratio = _ratio(rep, meas)
                 ratios.append(ratio)
                 print(f"| {i} | {plain:,.0f} / {on:,.0f} | {meas:.1f} | {rep:.1f} | {ratio:.2f} | {parts} |")
                 before = after
