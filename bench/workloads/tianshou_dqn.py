@@ -1,8 +1,15 @@
 """tianshou 2.0.1 DQN on CartPole, as its README trains it (for bench/real_rl.py): a program
-nobody here wrote, run until killed. Prints "ready PID" once training has started."""
+nobody here wrote, run until killed. Prints "ready PID" once training has started.
+
+usage: tianshou_dqn.py [SEED]   (default 0: torch, numpy, random and every env and action space
+seeded, so two copies take the same steps; bench/twin_slowdown.py runs two)
+"""
 
 import os
+import random
 import sys
+
+import numpy as np
 
 import gymnasium as gym
 import torch
@@ -15,9 +22,14 @@ from tianshou.trainer import OffPolicyTrainerParams
 from tianshou.utils.net.common import Net
 
 torch.set_num_threads(1)
-torch.manual_seed(int(sys.argv[1]) if len(sys.argv) > 1 else 0)
+SEED = int(sys.argv[1]) if len(sys.argv) > 1 else 0
+torch.manual_seed(SEED)
+np.random.seed(SEED)
+random.seed(SEED)
 train_envs = DummyVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(8)])
 test_envs = DummyVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(2)])
+train_envs.seed(SEED)                  # each env's reset and action space (the random warm-up samples it)
+test_envs.seed(SEED + 100)
 env = gym.make("CartPole-v1")
 net = Net(state_shape=env.observation_space.shape, action_shape=env.action_space.n, hidden_sizes=[128, 128, 128])
 policy = DiscreteQLearningPolicy(model=net, action_space=env.action_space, eps_training=0.1, eps_inference=0.05)
