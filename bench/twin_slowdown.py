@@ -54,7 +54,6 @@ class Swapper:
     def __init__(self, pids: tuple[int, int], cpus: tuple[int, int], every: float):
         self.pids, self.cpus, self.every = pids, cpus, every
         self.stop = threading.Event()
-        self.swaps = 0
         threading.Thread(target=self._run, daemon=True).start()
 
     def _run(self) -> None:
@@ -62,7 +61,6 @@ class Swapper:
         while not self.stop.is_set():
             _pin(self.pids[0], self.cpus[k])
             _pin(self.pids[1], self.cpus[1 - k])
-            self.swaps += 1
             k ^= 1
             self.stop.wait(self.every)
 
@@ -152,8 +150,8 @@ def _at(xs: list[tuple[int, int]], x: float, key: int) -> float:
 
 def ratio(mine: list[tuple[int, int]], twin: list[tuple[int, int]], t0: int, t1: int) -> float:
     """``mine``'s steps over its twin's between t0 and t1 (ns). The same stretch of time, not
-    the same steps: the copies drift apart by seconds over a long run (one of them ran 2-4%
-    faster for a whole run), and the same steps timed seconds apart meet another host."""
+    the same steps: the copies drift apart by seconds over a long run (one ran 0.5-2% faster
+    than the other for a whole run), and the same steps timed seconds apart meet another host."""
     def steps(xs):
         return _at(xs, t1, 0) - _at(xs, t0, 0)
     return steps(mine) / steps(twin)
