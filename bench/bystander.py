@@ -1,10 +1,11 @@
-"""What a session costs a process outside the job (issue 13's per-library probes).
+"""What a session costs a process outside the job.
 
-Following a process tree puts each probe into its library for every process (the BPF program
-keeps only the job's). A bystander, an unrelated process calling the same library (torch.mm
-in a loop), then traps on each call. This measures its call rate, ABAB, with no session, with a
-session on another torch process (the job: default, following children) and with
-`--no-children` (probes filtered to the job's PID by the kernel: the bystander never traps).
+A bystander, an unrelated process calling the same library (torch.mm in a loop), would trap on
+each call if the probes served every process that maps the library: so they did when a session
+followed a process tree, until stop 68 (56% slower here). Each followed process now has its
+own links (probes/loader.py ``_link_pids``). This measures the bystander's call rate, ABAB,
+with no session, with a session on another torch process (the job: default, following
+children) and with `--no-children` (the job's PID alone).
 
 usage: sudo .venv/bin/python bench/bystander.py [--rounds 3] [--seconds 4] [--write]
 """

@@ -16,6 +16,12 @@ CPU costs a program beside it on an idle core (the cores' shared caches): a busy
 either way. Every other session is a control, with nothing attached and the same arithmetic:
 the controls' mean is the yardstick's own bias, and it comes off.
 
+The twin must not pay for the probes. A session that follows a process tree (the default) put
+its probes into every process that maps the library until stop 68 (one uprobe_multi link for
+all, pid 0), so the twin trapped on each probed call as the copy did, and the bench read only
+the difference: rl-zoo3 PPO in exact mode 9.6% against 37.6% with --no-children. Each followed
+process now has its own links (probes/loader.py ``_link_pids``); bench/bystander.py checks it.
+
 usage: sudo .venv/bin/python bench/twin_slowdown.py [--program tianshou|zoo|cleanrl|tiny] [--sessions 8]
        [--seconds 15] [--gap 6] [--swap 0.25] [--args "..."] [--write]
 """

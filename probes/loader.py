@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes as ct
 import dataclasses
 import os
+import resource
 import threading
 import time
 from typing import Callable
@@ -64,8 +65,8 @@ class ProbeSet(MapAccess):
                  notify: Callable[[str, str], None] | None = None, calibration: Calibration | None = None,
                  timeline: bool = False, children: bool = True, roots: tuple[int, ...] = ()):
         self.pid = pid
-        # the process tree: probes go into each library once for every process (pid 0: the
-        # kernel's targets map picks the processes), and the kernel adds new ones at fork
+        # the process tree: the kernel adds new processes to its targets map at fork; each
+        # followed process that maps a library gets its own uprobe_multi links (_link_pids)
         self.children = children
         self.roots = (pid, *[r for r in roots if r != pid])   # --pid given more than once
         self.timeline = timeline
@@ -78,6 +79,7 @@ class ProbeSet(MapAccess):
         self.attached: list[Attached] = []
         self.missing: dict[str, list[str]] = {}
         self._where: dict[str, int] = {}         # mapped path -> a process that maps it
+        self._mappers: dict[str, list[int]] = {}  # mapped path -> the followed processes that map it
         self._first: list[int] = []              # the processes at attach
         self.groups: dict[str, str] = {}          # group -> library path
         self._tried: set[tuple[int, str]] = set()
@@ -162,6 +164,7 @@ class ProbeSet(MapAccess):
 
     def start(self) -> int:
         """Attach to mapped libraries, then begin counting. Returns t0 (monotonic ns)."""
+        _more_fds()
         self._first = list(self._seed_order())      # the first scan reads what the tree maps now
         self.scan()
         self._load_exits()
@@ -230,8 +233,10 @@ class ProbeSet(MapAccess):
 
     @property
     def probe_pid(self) -> int:
-        """The pid kernel probes filter on: 0 (every process mapping the library; the program
-        keeps the targets') when following a tree or several roots, else the one target."""
+        """The pid kernel probes filter on: the one target, or 0 when following a tree or
+        several roots (uprobe_multi links: one for each process, ``_link_pids``; perf-event
+        uprobes, before Linux 6.6: every process that maps the library, the program keeping
+        the targets')."""
         return 0 if self.children or len(self.roots) > 1 else self.pid
 
     def freeze(self) -> int:
@@ -248,7 +253,8 @@ class ProbeSet(MapAccess):
             self.freeze()
         except Exception:
             pass
-        links = [how_fd[1] for a in self.attached for how_fd in a.parts.values() if how_fd[0] == "link"]
+        links = [fd for a in self.attached for how_fd in a.parts.values() if how_fd[0] == "link"
+                 for fd in how_fd[1].values()]
         uprobe_multi.close_all(links)            # all at once: their grace periods overlap
         for a in self.attached:
             a.parts = {k: v for k, v in a.parts.items() if v[0] != "link"}
@@ -290,11 +296,13 @@ class ProbeSet(MapAccess):
     def scan(self) -> list[str]:
         """Attach probes to libraries mapped since the last scan. Returns new groups."""
         new_groups = []
-        self._where = {}                      # path -> a process that maps it (for /proc/PID/root)
+        self._where, self._mappers = {}, {}   # path -> a process that maps it (for /proc/PID/root)
         for pid in self._scan_pids():
             for path in mapped_files(pid):
                 self._where.setdefault(path, pid)
+                self._mappers.setdefault(path, []).append(pid)
         paths = set(self._where)
+        self._relink()
         copies = self._copies.scan(paths, skip=self._named)   # libraries with a static copy (envpool's MuJoCo)
         # end-of-call probes first (as within a pair): a call already running when its begin
         # probe went in would otherwise hold the depth open for good
@@ -449,7 +457,7 @@ class ProbeSet(MapAccess):
         """Detach several parts; their uprobe_multi links close at once (one by one, each waits for
         its own grace period: 15 links took 0.78 s on rl-zoo3 PPO, inside the first second)."""
         links = [(a, part) for a, part in parts if a.parts.get(part, ("",))[0] == "link"]
-        uprobe_multi.close_all([a.parts.pop(part)[1] for a, part in links])
+        uprobe_multi.close_all([fd for a, part in links for fd in a.parts.pop(part)[1].values()])
         for a, _ in links:
             a.cost_ns = self._cost_now(a)
         for a, part in parts:
@@ -508,12 +516,59 @@ class ProbeSet(MapAccess):
         a.cost_ns = self._cost_now(a)
 
     def _link_part(self, a: Attached, part: str, fns: tuple[str, ...]) -> None:
-        """The same part as an uprobe_multi link (a return probe with the RETURN flag)."""
+        """The same part as uprobe_multi links, one for each process that ``_link_pids`` names
+        (a return probe with the RETURN flag). Raises OSError where none could be made."""
+        links = self._links(a, part, self._link_pids(a))
+        if not links and self.probe_pid == 0 and self._mappers.get(a.path):
+            raise OSError(f"no process of the tree took the probe at {a.spec.symbol}")
+        a.parts[part] = ("link", links)
+
+    def _links(self, a: Attached, part: str, pids: list[int]) -> dict[int, int]:
+        """Links for one part, pid -> fd (0: every process). A process that exited meanwhile
+        is left out; a lone target's refusal raises OSError."""
         ret = a.spec.kind == PAIR and part == "exit"
         fn = self._part_program(a, part)
         file_off = self._file_offset(a.root_path, a.spec.symbol, a.offset)
         cookie = a.id | (a.spec.category & 3) << 16
-        a.parts[part] = ("link", uprobe_multi.link(fn.fd, a.root_path, file_off, ret, self.probe_pid, cookie))
+        out = {}
+        for pid in pids:
+            path = target_file(pid, a.path) if self.probe_pid == 0 else a.root_path   # the first mapper may be gone
+            try:
+                out[pid] = uprobe_multi.link(fn.fd, path, file_off, ret, pid, cookie)
+            except OSError:
+                if len(pids) == 1 and self.probe_pid != 0:
+                    raise
+        return out
+
+    def _link_pids(self, a: Attached) -> list[int]:
+        """The processes a probe's links serve. One target: its pid. A tree (or several roots):
+        each followed process that maps the library, on its own link. A link for every process
+        (pid 0) put the traps into every process on the machine that maps the library, followed
+        or not: another user's torch job paid ~2.6 us a call (docs/overhead.md, "A bystander"),
+        and a twin run beside the target paid nearly what the target did."""
+        if self.probe_pid != 0:
+            return [self.probe_pid]
+        return list(self._mappers.get(a.path, ()))
+
+    def _relink(self) -> None:
+        """Keep each link part's processes those that map its library now: links for processes
+        that came (a fork, a spawned worker that loaded the library), and closed for those gone.
+        A forked child traps from the fork on (it has its parent's code pages), and is counted
+        from its link on (the next scan: SCAN_PERIOD_S)."""
+        if not getattr(self, "multi", False) or self.probe_pid != 0:
+            return
+        gone = []
+        for a in self.attached:
+            want = set(self._mappers.get(a.path, ()))
+            for part, (how, links) in list(a.parts.items()):
+                if how != "link":
+                    continue
+                for pid in [p for p in links if p not in want]:
+                    gone.append(links.pop(pid))
+                new = sorted(want - set(links))
+                if new:
+                    links.update(self._links(a, part, new))
+        uprobe_multi.close_all(gone)
 
     def _perf_pid(self) -> int:
         return self.probe_pid or -1          # bcc's perf-event uprobes: -1 is every process
@@ -533,7 +588,7 @@ class ProbeSet(MapAccess):
         how, off = a.parts.pop(part)
         try:
             if how == "link":
-                os.close(off)
+                uprobe_multi.close_all(list(off.values()))
             elif how == "uretprobe":
                 self.bpf.detach_uretprobe(name=a.root_path, sym=a.spec.symbol, pid=self._perf_pid())
             else:
@@ -624,6 +679,17 @@ class ProbeSet(MapAccess):
         except Exception:
             return False
         return bool(code) and is_cheap_at(code, 0)
+
+
+def _more_fds() -> None:
+    """A followed process has a link (an fd) for each probe part in it: ~35 in one that maps
+    torch. Raise the soft open-files limit to the hard one, as a job may have tens of them."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError):
+            pass
 
 
 def _fields_ns(cost: dict, exit_fields: int) -> int:

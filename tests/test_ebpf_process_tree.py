@@ -5,6 +5,7 @@ alone; `--role` names a process."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 
@@ -38,6 +39,17 @@ def _wait_gone(pid: int, timeout: float = 30.0) -> None:
     raise AssertionError(f"worker {pid} never exited")
 
 
+def _links(pid: int) -> int:
+    """The BPF links a process holds open (the monitor's probes: one a part and process)."""
+    n = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            n += os.readlink(f"/proc/{pid}/fd/{fd}") == "anon_inode:bpf_link"
+        except OSError:
+            pass
+    return n
+
+
 def _by_pid(s: dict) -> dict:
     return {p["pid"]: p for p in s["processes"]}
 
@@ -49,10 +61,19 @@ def test_known_count_over_a_process_tree(ebpf, target, monitor, simlib, tmp_path
                          "--role", f"{early[1]}=actor")
     start_file.touch()
     late = int(t.wait_line("late ").split()[1])
+    # a process that comes after attach is counted from its own links, made at the scan after
+    # it maps the library (loader._relink: SCAN_PERIOD_S, 0.5 s); a forked one traps from the
+    # fork on, uncounted until then
+    wait_file(tmp_path / "done.mapped.2", timeout=120)
+    time.sleep(1.5)
+    links = _links(m.pid)
     go.touch()
     for i in range(3):
         wait_file(tmp_path / f"done.{i}", timeout=120)
     _wait_gone(early[0])
+    time.sleep(1.5)
+    # the links of a process that exited are closed at the next scan (a churning job's would pile up)
+    assert 0 < _links(m.pid) < links, (links, _links(m.pid))
     stop(m)
     s = load_summary(summary)
     procs = _by_pid(s)

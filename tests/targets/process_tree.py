@@ -31,6 +31,7 @@ def worker(i, simlib, n, us, go, done, truth):
         a, b = TENSORS
     lib = load_simlib(simlib)
     bounds = SimBounds(lib)
+    touch(f"{done}.mapped.{i}")      # its libraries are mapped: what the monitor links its probes to
     wait_for(go)
     sim_ns = 0
     for _ in range(n):

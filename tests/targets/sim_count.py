@@ -1,14 +1,16 @@
 """Exactly N calls of the toy simulator's sim_step(US microseconds) after the go file appears;
-writes the time they took, as the target itself measured it.
+writes the time they took, as the target itself measured it. Its ready line says where
+sim_step's code is (``ready PID ADDR``, hex), for a test that reads it (/proc/PID/mem).
 
 usage: sim_count.py SIMLIB N US GO DONE TRUTH
 """
 
+import ctypes
 import json
 import sys
 import time
 
-from common import counted, load_simlib
+from common import counted, load_simlib, ready
 
 lib = load_simlib(sys.argv[1])
 n, us = int(sys.argv[2]), float(sys.argv[3])
@@ -25,4 +27,5 @@ def body():
         json.dump({"calls": n, "sim_s": total / 1e9}, f)
 
 
-counted(go, done, body)
+ready(hex(ctypes.cast(lib.sim_step, ctypes.c_void_p).value))
+counted(go, done, body, announce=False)
