@@ -524,8 +524,8 @@ class ProbeSet(MapAccess):
         a.parts[part] = ("link", links)
 
     def _links(self, a: Attached, part: str, pids: list[int]) -> dict[int, int]:
-        """Links for one part, pid -> fd (0: every process). A process that exited meanwhile
-        is left out; a lone target's refusal raises OSError."""
+        """Links for one part, pid -> fd. A tree's process that exited meanwhile is left out;
+        a lone target's refusal raises OSError."""
         ret = a.spec.kind == PAIR and part == "exit"
         fn = self._part_program(a, part)
         file_off = self._file_offset(a.root_path, a.spec.symbol, a.offset)

@@ -74,10 +74,12 @@ def test_torch_intra_op_threads_are_seen_running_in_torch(ebpf, target, monitor,
 OMP_TOLERANCE = 0.12   # the worker's ticks: ~750 in 3 s, and it also waits at each matmul's barrier
 
 
+@pytest.mark.quiet
 def test_an_intra_op_worker_spinning_in_openmp_is_not_backend_work(ebpf, target, monitor, tmp_path, simlib):
     """skrl's PPO left torch's libgomp worker spinning on a core all session: 15 s of the job's 23.4 s
     of Backend CPU. Known answer: the target's own share of time in pure Python between matmuls, when
-    the worker (libgomp's active wait) can only be spinning."""
+    the worker (libgomp's active wait) can only be spinning. Quiet: the workload's own split needs the
+    host's usual speed (truth 0.67-0.68; a clean-clone CI run at stop 68 read 0.586, its matmuls slow)."""
     s = _session(target, monitor, tmp_path, simlib, "omp", 3.0, "--max-overhead", "100")
     truth = float((tmp_path / "done").read_text())
     assert 0.5 + OMP_TOLERANCE < truth < 0.9, truth      # the worker mostly spins
