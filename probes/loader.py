@@ -78,7 +78,6 @@ class ProbeSet(MapAccess):
         self.before_compile = lambda: None       # the session's niced start gives way to the compile's own steps
         self.attached: list[Attached] = []
         self.missing: dict[str, list[str]] = {}
-        self._where: dict[str, int] = {}         # mapped path -> a process that maps it
         self._mappers: dict[str, list[int]] = {}  # mapped path -> the followed processes that map it
         self._first: list[int] = []              # the processes at attach
         self.groups: dict[str, str] = {}          # group -> library path
@@ -296,12 +295,11 @@ class ProbeSet(MapAccess):
     def scan(self) -> list[str]:
         """Attach probes to libraries mapped since the last scan. Returns new groups."""
         new_groups = []
-        self._where, self._mappers = {}, {}   # path -> a process that maps it (for /proc/PID/root)
+        self._mappers = {}
         for pid in self._scan_pids():
             for path in mapped_files(pid):
-                self._where.setdefault(path, pid)
                 self._mappers.setdefault(path, []).append(pid)
-        paths = set(self._where)
+        paths = set(self._mappers)
         self._relink()
         copies = self._copies.scan(paths, skip=self._named)   # libraries with a static copy (envpool's MuJoCo)
         # end-of-call probes first (as within a pair): a call already running when its begin
@@ -349,7 +347,7 @@ class ProbeSet(MapAccess):
             # without its end a wait bracket would stay open: time it not at all instead
             self.missing.setdefault(spec.group, []).append(f"{spec.symbol} (no wait end probe)")
             return False
-        root_path = target_file(self._where.get(path, self.pid), path)
+        root_path = target_file(self._mappers.get(path, [self.pid])[0], path)   # the first process that maps it
         try:
             os.close(open_regular(root_path))      # bcc's own open would block on a FIFO put in its place
             spec = resolve_symbol(self._bcc, spec, root_path)

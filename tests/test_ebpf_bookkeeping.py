@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from support import load_summary, stop, wait_file
+from support import load_summary, open_fds, stop, wait_file
 
 pytestmark = pytest.mark.ebpf
 ROUNDS = 20011                     # round trips: ~40k switches out of the target's threads
@@ -33,10 +33,10 @@ def _stats_fd() -> int:
 def _run_time_s(pid: int) -> float:
     """Run time of the process's tracepoint and perf-event programs (their fdinfo)."""
     total = 0
-    for fd in os.listdir(f"/proc/{pid}/fd"):
+    for fd, link in open_fds(pid).items():
+        if "bpf-prog" not in link:
+            continue
         try:
-            if "bpf-prog" not in os.readlink(f"/proc/{pid}/fd/{fd}"):
-                continue
             with open(f"/proc/{pid}/fdinfo/{fd}") as f:
                 info = dict(line.split(":", 1) for line in f if ":" in line)
         except OSError:

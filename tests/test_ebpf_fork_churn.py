@@ -8,13 +8,12 @@ counters record, until one was too large for the ring and the session ended with
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 
 import pytest
 
-from support import load_summary
+from support import load_summary, open_fds
 
 CHURN = 307          # children, 16 at a time, each long enough to be sampled
 BURST = 1009         # then from 3 processes side by side, ~1.7k a second here
@@ -25,15 +24,7 @@ MEM_FD = re.compile(r"^/proc/\d+/mem$")
 
 def _mem_fds(pid: int) -> list[str]:
     """The /proc/PID/mem files a process holds open (the sampler's interpreter readers)."""
-    out = []
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            link = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except OSError:
-            continue
-        if MEM_FD.match(link):
-            out.append(link)
-    return out
+    return [link for link in open_fds(pid).values() if MEM_FD.match(link)]
 
 
 @pytest.mark.quiet

@@ -5,7 +5,6 @@ alone; `--role` names a process."""
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 
@@ -13,7 +12,7 @@ import psutil
 
 import pytest
 
-from support import CLI, REPO, load_summary, stop, wait_file
+from support import CLI, REPO, load_summary, open_fds, stop, wait_file
 
 N = 1009
 US = 200
@@ -41,13 +40,7 @@ def _wait_gone(pid: int, timeout: float = 30.0) -> None:
 
 def _links(pid: int) -> int:
     """The BPF links a process holds open (the monitor's probes: one a part and process)."""
-    n = 0
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            n += os.readlink(f"/proc/{pid}/fd/{fd}") == "anon_inode:bpf_link"
-        except OSError:
-            pass
-    return n
+    return sum(link == "anon_inode:bpf_link" for link in open_fds(pid).values())
 
 
 def _by_pid(s: dict) -> dict:

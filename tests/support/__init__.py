@@ -146,6 +146,18 @@ class Proc:
         return "".join(self.out)
 
 
+def open_fds(pid: int) -> dict[str, str]:
+    """A process's open files: fd number -> what it points at (a path, or ``anon_inode:...``);
+    an fd closed while being read is left out."""
+    out = {}
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            out[fd] = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            pass
+    return out
+
+
 def wait_file(path: Path, timeout: float = 30.0) -> None:
     """Wait for a handshake file a target writes (its readiness, never a sleep)."""
     end = time.monotonic() + timeout
