@@ -78,7 +78,9 @@ class Steps:
 
     def _run(self) -> None:
         while not self.stop.wait(self.every):
-            self.samples.append((time.monotonic_ns(), self.now()))
+            n = self.now()
+            if not self.samples or n >= self.samples[-1][1]:   # a count never goes back: one read -67.8x at a kill
+                self.samples.append((time.monotonic_ns(), n))
 
     def rate(self, t0: int, t1: int) -> float:
         """Steps per second between two CLOCK_MONOTONIC instants."""

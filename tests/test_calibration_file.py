@@ -46,6 +46,13 @@ def test_torchs_backward_counter_has_its_own_price_and_other_counters_the_c_loop
     assert C.load().hit_ns("count", True, "torch") == 3400      # the development VM's figure
 
 
+def test_a_file_from_before_the_tick_was_measured_prices_it_at_the_default(tmp_path, monkeypatch):
+    _write(tmp_path, monkeypatch, _entry(GOOD))                 # no "tick": calibrated before 2026-12-06
+    assert C.load().kinds["tick"]["per_tick"] == C.DEFAULT_KINDS["tick"]["per_tick"] == 26000
+    _write(tmp_path, monkeypatch, _entry({**GOOD, "tick": {"per_tick": 4001}}))
+    assert C.load().measured and C.load().kinds["tick"]["per_tick"] == 4001
+
+
 def test_no_file_is_no_problem(tmp_path, monkeypatch):
     monkeypatch.setenv("RLSCOPE_CALIBRATION", str(tmp_path / "none.json"))
     cal = C.load()
@@ -66,6 +73,8 @@ def test_no_file_is_no_problem(tmp_path, monkeypatch):
     (_entry({"bracket": {"outside": 1, "inside": 1, "kernel_share": 3}}), None, "kernel_share is 3"),
     (_entry({"bracket_torch": {"outside": 1}}), None, "bracket_torch lacks inside"),
     (_entry({"sched_switch": {}}), None, "sched_switch lacks per_switch"),
+    (_entry({"tick": {"per_switch": 5}}), None, "tick lacks per_tick"),
+    (_entry({"tick": {"per_tick": -1}}), None, "tick.per_tick is -1"),
 ])
 def test_a_broken_file_gives_the_defaults_and_says_why(tmp_path, monkeypatch, doc, raw, said):
     if doc == "entry":

@@ -67,3 +67,31 @@ def test_bookkeeping_is_the_programs_own_time_on_the_targets_switches(ebpf, targ
     assert stats > 0.2e-6 * switched, (stats, switched)     # the programs ran on them
     # ours leaves out each run's entry before its first clock read and other processes' switches
     assert 0.6 * stats <= ours <= 1.1 * stats, (ours, stats, src)
+
+
+TICK_NS = 10007                    # the price the test sets: a prime, so that no default can match it
+
+
+def test_the_ticks_interrupts_are_priced_per_tick_that_found_the_target(ebpf, target, monitor, tmp_path, simlib):
+    """The self-report's ``tick``: each CPU-clock tick that found one of the target's threads on a
+    CPU costs it the calibrated ``tick`` price. Known answer: a thread spinning in Python for 3 s
+    takes the tick at its mean rate (250 Hz, the period drawn around 4 ms), so its on-CPU seconds
+    x 250 x the price."""
+    from rlscope_top.collect import calibration
+    cal = tmp_path / "calibration.json"
+    cal.write_text(json.dumps({"schema": calibration.SCHEMA, "machines": {calibration.machine_key(): {
+        "kinds": {"tick": {"per_tick": TICK_NS}}, "measured_at": 0}}}))
+    go, done = tmp_path / "go", tmp_path / "done"
+    t = target("native_threads.py", "contended", simlib, go, done, 3.0)
+    m, summary = monitor(t.pid, env={"RLSCOPE_CALIBRATION": str(cal)})
+    go.touch()
+    wait_file(done, 60)
+    assert stop(m) == 0, m.stderr_text
+    s = load_summary(summary)
+    on_cpu = sum(r["on_cpu_s"] or 0.0 for r in s["threads"])
+    assert on_cpu > 2.5, s["threads"]
+    want = on_cpu * 250 * TICK_NS / 1e9
+    tick = s["overhead"]["by_source_s"]["tick"]
+    print(f"tick {tick:.5f} s against {want:.5f} s ({on_cpu:.2f} s on a CPU)")
+    assert tick == pytest.approx(want, rel=0.08), (tick, want)
+    assert s["overhead"]["estimated_s"] == pytest.approx(sum(s["overhead"]["by_source_s"].values()), abs=1e-5)

@@ -14,7 +14,7 @@ from . import operations as O
 from . import processes as P
 from .accounting import Accounting
 from .gpu_figures import GpuView, agent_cost_ns, place_gpu
-from ..ring.records import seconds as _s
+from ..ring.records import seconds as _s, target_ticks
 from ..vocab import ALL_OP, CATEGORIES, NA, TRANSITIONS
 
 
@@ -502,7 +502,8 @@ def _overhead_by_source(acct: Accounting, gpu: GpuView) -> dict[str, float]:
     """What profiling costs the target, in seconds, by where it comes from: the probes'
     calibrated cost; the scheduler probe (calibrated cost per context switch of the target's
     threads); the BPF program's own work on the target's switches and clock ticks (measured in
-    the kernel: ``bookkeeping``); measured kernel time and monitor CPU beyond those
+    the kernel: ``bookkeeping``); the interrupts around the clock ticks that found a target
+    thread on a CPU (calibrated cost per tick: ``tick``); measured kernel time and monitor CPU beyond those
     (`_measured_extra_s`); the stack sampler (the kernel sampler's stack reads, austin's CPU
     time: a core the machine does not have for the job); the GPU agent's buffer callbacks; and
     CUPTI's own cost per traced activity (gpu_source.CUPTI_NS_PER_ACTIVITY)."""
@@ -511,12 +512,13 @@ def _overhead_by_source(acct: Accounting, gpu: GpuView) -> dict[str, float]:
     smp = acct.sampler or {}
     sampler = smp.get("cpu_s") or 0.0
     probes, sched = acct.estimated_overhead_s(), switches * acct.meta.get("switch_ns", 0) / 1e9
+    tick = target_ticks(acct.threads.values()) * acct.meta.get("tick_ns", 0) / 1e9
     books = acct.bookkeeping_s
     # the target's own kernel time that measured sources explain: the kernel sampler's reads run there too
     known = sched + books + (sampler if smp.get("tool") == "kernel" else 0.0)
     cost = _with_base(acct.cost, _own_kernel_s(acct), acct.duration_s)
     kernel, contention = _measured_extra_s(cost, acct.duration_s, probes, known, _kernel_share(acct))
-    return {"probes": probes, "scheduler": sched, "bookkeeping": books, "kernel_extra": kernel,
+    return {"probes": probes, "scheduler": sched, "bookkeeping": books, "tick": tick, "kernel_extra": kernel,
             "contention": contention, "sampler": sampler, "gpu_agent": cb / 1e9, "cupti": max(0, total - cb) / 1e9}
 
 

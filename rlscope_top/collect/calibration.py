@@ -34,6 +34,7 @@ DEFAULT_KINDS = {  # ns per call; measured on the development VM class (kernel 6
     "pair_ool": {"outside": 1130, "inside": 9500},
     "count_torch": {"outside": 3400, "inside": 3400},  # torch's backward counter, a hit (calibrate's count_torch)
     "sched_switch": {"per_switch": 0},
+    "tick": {"per_tick": 26000},      # a CPU-clock tick's interrupt beyond the program, an RL-shaped loop (calib_tick.py)
 }
 
 
@@ -176,7 +177,7 @@ def _invalid(entry) -> str:
             top = 1.0 if field == "kernel_share" else MAX_NS
             if not ok or not 0 <= v <= top:
                 return f"{name}.{field} is {v!r}, not a number in [0, {top:g}]"
-        need = {"per_switch"} if name == "sched_switch" else {"outside", "inside"}
+        need = {"sched_switch": {"per_switch"}, "tick": {"per_tick"}}.get(name, {"outside", "inside"})
         if not need <= k.keys():
             return f"{name} lacks {', '.join(sorted(need - k.keys()))}"
     return ""

@@ -125,9 +125,9 @@ class OperationSources:
 
     def _bookkeeping_budget(self) -> None:
         """Every 5 s: the program's bookkeeping on the target's switches and ticks (measured in
-        the kernel; ~2% of rl-games' job with 4 torch threads) goes into the budget's total
-        beside the sampler's CPU: no step lowers it either."""
-        self._bk_window, pct = _window_pct(self._bk_window, self._bookkeeping_s)
+        the kernel; ~2% of rl-games' job with 4 torch threads) and the ticks' interrupts around
+        it go into the budget's total beside the sampler's CPU: no step lowers them either."""
+        self._bk_window, pct = _window_pct(self._bk_window, lambda: self._bookkeeping_s() + self._tick_s())
         if pct is not None:
             self._bk_pct = pct
             self.budget.fixed_pct = self._smp_pct + self._bk_pct

@@ -38,6 +38,7 @@ class RecordBuilder:
                       missing=self.probes.missing, host=platform.node(), kernel=platform.release(),
                       calibrated=self.probes.calibration.measured, max_overhead_pct=self.budget.max_pct,
                       switch_ns=self.probes.calibration.kinds["sched_switch"]["per_switch"],
+                      tick_ns=self.probes.calibration.kinds["tick"]["per_tick"],
                       tids0=self.probes.tids0, timeline=self.probes.timeline, fw_slots=list(FW.SLOTS),
                       program=self.program)
 
@@ -95,6 +96,12 @@ class RecordBuilder:
         kernel sampler's ``cpu_s``, counted apart as ``sampler``)."""
         reads = self.sampler.cpu_s() if self.sampler is not None and self.sampler.tool == "kernel" else 0.0
         return round(max(0.0, self.probes.bookkeeping_ns() / 1e9 - (reads or 0.0)), 6)
+
+    def _tick_s(self) -> float:
+        """What the clock ticks' interrupts have cost the target's threads so far, beyond the
+        program's own time (their ticks at the calibrated ``tick`` price)."""
+        rows = [*self._threads.values(), *self._exited.rows()]
+        return R.target_ticks(rows) * self.probes.calibration.kinds["tick"]["per_tick"] / 1e9
 
     def _prices(self) -> dict:
         """Probe costs measured on the target's calls (probe_prices.py): all trap ticks so far,

@@ -2,7 +2,8 @@
 
 Commands (one per line): ``loop MODE N K`` runs N iterations and answers with a
 JSON line {loop_ns, body_ns, wait_ns}; ``pingpong N`` runs N round trips between two threads
-and answers {loop_ns, switches}. Modes: bracket, bracket_ool, pair, pair_ool, and
+and answers {loop_ns, switches}; ``spin S`` runs the RL-shaped loop for S seconds and answers
+{steps, cpu_ns}. Modes: bracket, bracket_ool, pair, pair_ool, and
 ``torch`` (N additions of two 8x8 tensors: a real torch op binding, for the torch
 probes' own cost; body_ns is then 0: the binding's own time is not known).
 """
@@ -50,6 +51,19 @@ def _round_trips(n: int) -> dict:
     for fd in (*a, *b):
         os.close(fd)
     return {"loop_ns": dt, "switches": (after.ru_nvcsw - before.ru_nvcsw) + (after.ru_nivcsw - before.ru_nivcsw)}
+
+
+def _spin(seconds: float, rl_step) -> dict:
+    """Steps of the RL-shaped loop (a Python loop where torch is not installed) for ``seconds``:
+    {steps, cpu_ns} (this thread's time on a CPU, an interrupt's included, a wait for a CPU not)."""
+    step = rl_step or (lambda k: sum((i * 31) % 1009 for i in range(200)))
+    n, c0 = 0, time.thread_time_ns()
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        for _ in range(16):
+            step(8)
+        n += 16
+    return {"steps": n, "cpu_ns": time.thread_time_ns() - c0}
 
 
 def _run_delay() -> int | None:
@@ -122,6 +136,9 @@ def main() -> None:
         cmd = line.split()
         if cmd[0] == "pingpong":
             print(json.dumps(_pingpong(int(cmd[1]))), flush=True)
+            continue
+        if cmd[0] == "spin":
+            print(json.dumps(_spin(float(cmd[1]), loops["rl"])), flush=True)
             continue
         fn, n, k = loops[cmd[1]], int(cmd[2]), int(cmd[3])
         lib.cal_reset()

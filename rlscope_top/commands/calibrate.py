@@ -13,6 +13,7 @@ caches included), and the backward counter in that loop.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -24,6 +25,7 @@ from importlib import resources
 import psutil
 
 from ..collect import calibration
+from . import calib_tick
 from ..probes import catalog
 from ..probes.catalog import CAT_BACKEND, CAT_SIM, COUNT, ENTER, EXIT, PAIR, ProbeSpec
 from ..probes.loader import ProbeSet
@@ -296,6 +298,26 @@ def _measure_sched(t: _Target, say) -> dict:
     return {"per_switch": cost}
 
 
+def _measure_tick(t: _Target, say) -> dict:
+    """What a CPU-clock tick costs the thread it interrupts beyond the program's own time
+    (calib_tick.py): the target's RL-shaped loop on one CPU, with and without a fast tick there."""
+    cpu = max(os.sched_getaffinity(t.p.pid))
+    mask = os.sched_getaffinity(t.p.pid)
+    os.sched_setaffinity(t.p.pid, {cpu})
+
+    def rate(seconds: float) -> float:
+        r = t.ask(f"spin {seconds}")
+        return r["steps"] / max(1, r["cpu_ns"])
+
+    try:
+        r = calib_tick.tick_price(rate, cpu)
+    finally:
+        os.sched_setaffinity(t.p.pid, mask)
+    say(f"{'tick':>10}: {r['per_tick']:8.0f} ns per tick beyond the program's own time "
+        f"(middle half of {r['pairs']} pairs: {r['q1']:.0f}-{r['q3']:.0f})")
+    return {"per_tick": r["per_tick"]}
+
+
 RL_STEPS = 4001          # steps of the RL-shaped loop a count_torch run takes (~70 us each)
 RL_ROUNDS = 5
 
@@ -462,6 +484,7 @@ def run(say=print) -> dict:
                 lone = calibration.Calibration(kinds, True, "").hit_ns("count", True)   # the C loop's lone probe
                 kinds["count_torch"] = _measure_count_torch(t, say, lone)
             kinds["sched_switch"] = _measure_sched(t, say)
+            kinds["tick"] = _measure_tick(t, say)
         finally:
             t.close()
     details = {"n_calls": N_CALLS, "rounds": ROUNDS, "k_work": K_WORK, "paired": True,

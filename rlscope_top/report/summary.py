@@ -212,10 +212,11 @@ def _source_cell(summary: dict, c: str) -> str:
 # what each of the self-report's parts is, for the line that says why the budget was not held
 OVERHEAD_PARTS = {"probes": "probe traps", "scheduler": "scheduler tracepoints",
                   "bookkeeping": "the BPF program's work on the target's switches and clock ticks",
+                  "tick": "the clock tick's interrupts on the target's threads",
                   "kernel_extra": "the target's extra kernel time",
                   "contention": "the monitor's own CPU on cores the job keeps busy",
                   "sampler": "the stack sampler", "gpu_agent": "the GPU agent", "cupti": "CUPTI"}
-UNLEVERED = ("contention", "kernel_extra", "bookkeeping")   # parts no budget step turns off
+UNLEVERED = ("contention", "kernel_extra", "bookkeeping", "tick")   # parts no budget step turns off
 
 
 def over_budget(summary: dict) -> str | None:

@@ -20,14 +20,15 @@ def meta(*, pid: int, command: str, t0_ns: int, wall0: float, interval_s: float,
          labels: list[str], groups: dict, missing: dict, host: str, kernel: str,
          calibrated: bool = False, max_overhead_pct: float | None = None, tids0: list | None = None,
          timeline: bool = False, fw_slots: list[str] | None = None, switch_ns: int = 0,
-         program: dict | None = None) -> dict:
+         tick_ns: int = 0, program: dict | None = None) -> dict:
     """Session facts: target, window start, attached probes, whether costs were calibrated,
     and how the program was had (``program``: from the compile cache or bcc, load/attach s)."""
     return {"t": META, "v": FORMAT, "pid": pid, "cmd": command, "t0": t0_ns, "wall0": wall0,
             "interval_s": interval_s, "probes": probes, "labels": labels, "groups": groups,
             "missing": missing, "host": host, "kernel": kernel, "calibrated": calibrated,
             "max_overhead_pct": max_overhead_pct, "tids0": tids0 or [], "timeline": timeline,
-            "fw_slots": fw_slots or [], "switch_ns": switch_ns, "program": program}
+            "fw_slots": fw_slots or [], "switch_ns": switch_ns, "tick_ns": tick_ns,
+            "program": program}
 
 
 def thread(*, tid: int, name: str, python: bool, exited: bool, ns: list, trans: list, calls: list,
@@ -64,6 +65,12 @@ def thread(*, tid: int, name: str, python: bool, exited: bool, ns: list, trans: 
     if omp_ticks:
         rec["omp"] = omp_ticks
     return rec
+
+
+def target_ticks(threads) -> int:
+    """The CPU-clock ticks that found any of these thread records on a CPU: the interrupts the
+    target took (each costs it the calibrated ``tick_ns`` beyond the program's own time)."""
+    return sum(sum(th.get("ticks") or ()) for th in threads)
 
 
 FOLD_TID = {True: -1, False: -2}          # the folded rows' tids: Python, other (the main process)
