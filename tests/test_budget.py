@@ -304,7 +304,7 @@ class _Sources:
                                               ([0.0, 0.05], [0.0, 0.019], 3.58)])
 def test_the_programs_bookkeeping_counts_in_the_total_beside_the_sampler(monkeypatch, cpu, ticks, want):
     """0.11 s of bookkeeping over 5 s (rl-games' 4 threads: ~2%) is 2.2% no step lowers; the
-    ticks' interrupts (0.019 s: 1,499 ticks at 12.7 us) count with it; with a sampler that used
+    ticks' interrupts (0.019 s: ~731 ticks at the default 26 us) count with it; with a sampler that used
     0.05 s of it, all count."""
     from rlscope_top.collect import op_sources
     clock = iter([100.0, 105.0] if cpu is None else [100.0, 100.0, 105.0, 105.0])    # a read per source a check

@@ -301,8 +301,8 @@ def _measure_sched(t: _Target, say) -> dict:
 def _measure_tick(t: _Target, say) -> dict:
     """What a CPU-clock tick costs the thread it interrupts beyond the program's own time
     (calib_tick.py): the target's RL-shaped loop on one CPU, with and without a fast tick there."""
-    cpu = max(os.sched_getaffinity(t.p.pid))
     mask = os.sched_getaffinity(t.p.pid)
+    cpu = max(mask)
     os.sched_setaffinity(t.p.pid, {cpu})
 
     def rate(seconds: float) -> float:
