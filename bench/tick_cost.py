@@ -14,7 +14,8 @@ between windows without it; its cost is the loop's rate lost (per second on a CP
 ticks. A last row re-draws the period every JITTER_EVERY s as the monitor does every 50 ms, to
 price the draw's cross-CPU call.
 
-usage: sudo .venv/bin/python bench/tick_cost.py [--pairs 21] [--write]
+usage: sudo .venv/bin/python bench/tick_cost.py [--pairs 21] [--rates 10000,2500] [--loops "python spin,RL-shaped"]
+       [--write]      (--write: the default rates and loops only)
 """
 
 from __future__ import annotations
@@ -99,20 +100,20 @@ class _Jitter:
         assert self.j.start(), self.j.error
 
 
-def run(pairs: int) -> list[dict]:
+def run(pairs: int, rates=RATES, loops=tuple(LOOPS)) -> list[dict]:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for name, code in LOOPS.items():
-            p, m = _loop(tmp, code)
+        for name in loops:
+            p, m = _loop(tmp, LOOPS[name])
             try:
                 while struct.unpack_from("q", m, 0)[0] < 100:
                     time.sleep(0.1)
                 rate = _rater(p, m)
-                for hz in RATES:
+                for hz in rates:
                     rows.append({"loop": name, "hz": hz, "jitter": False,
                                  **tick_price(rate, CPU, hz=hz, pairs=pairs, window_s=WINDOW_S)})
                     print(rows[-1], flush=True)
-                if name == "RL-shaped":
+                if name == "RL-shaped" and rates == RATES:
                     rows.append({"loop": name, "hz": RATES[0], "jitter": True,
                                  **tick_price(rate, CPU, hz=RATES[0], pairs=pairs, window_s=WINDOW_S,
                                               on_attach=_Jitter(RATES[0]))})
@@ -132,13 +133,36 @@ def table(rows: list[dict]) -> list[str]:
     return out
 
 
+def _rates(ap: argparse.ArgumentParser, text: str) -> tuple[int, ...]:
+    try:
+        rates = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        ap.error(f"--rates {text!r}: give whole numbers of Hz, e.g. 10000,1000")
+    if any(not 50 <= r <= 100_000 for r in rates):
+        ap.error(f"--rates {text!r}: each rate 50-100000 Hz")
+    return rates
+
+
+def _loops(ap: argparse.ArgumentParser, text: str) -> tuple[str, ...]:
+    loops = tuple(x.strip() for x in text.split(","))
+    bad = [x for x in loops if x not in LOOPS]
+    if bad:
+        ap.error(f"--loops: unknown {', '.join(map(repr, bad))}; choose from {', '.join(LOOPS)}")
+    return loops
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pairs", type=int, default=21)
+    ap.add_argument("--rates", default=",".join(map(str, RATES)), help="tick rates, Hz, comma-separated")
+    ap.add_argument("--loops", default=",".join(LOOPS), help="loops, comma-separated: " + ", ".join(LOOPS))
     ap.add_argument("--write", action="store_true", help="write the table into docs/overhead.md")
     a = ap.parse_args()
+    rates, loops = _rates(ap, a.rates), _loops(ap, a.loops)
+    if a.write and (rates, loops) != (RATES, tuple(LOOPS)):
+        ap.error("--write keeps the documented table's rows: leave --rates and --loops at their defaults")
     os.sched_setaffinity(0, {0})
-    rows = run(a.pairs)
+    rows = run(a.pairs, rates, loops)
     lines = table(rows)
     print("\n".join(lines))
     if a.write:

@@ -3,14 +3,17 @@
 A session keeps a perf-event tick on every CPU (probes/loader.py TICK_HZ) in every mode. The
 programs it runs are timed in the kernel (``bookkeeping``); the interrupt around them is not:
 its entry and exit, the hrtimer's re-arm (in a VM, a timer write the hypervisor traps) and what
-they do to the thread's caches. On the AMD EPYC VM that was ~26 us a tick on an RL-shaped loop
-(12.5 us on a pure Python spin), ~0.65% of a busy thread's time at 250 Hz, and the self-report
-read tianshou's default-mode cost at 0.64x of its measured slowdown without it
-(docs/overhead.md, "The tick's own cost").
+they do to the thread's caches. On the AMD EPYC VM that was ~25 us a tick on an RL-shaped loop,
+~0.65% of a busy thread's time at 250 Hz, and the self-report read tianshou's default-mode cost
+at 0.64x of its measured slowdown without it (docs/overhead.md, "The tick's own cost").
 
 Measured on a loop pinned to one CPU, its rate per second on a CPU (so that a wait for the CPU
 is not read as cost), in windows with a tick of an empty program at HZ on that CPU between
-windows without: the cost of a tick is the rate lost over the ticks in the window.
+windows without: the cost of a tick is the rate lost over the ticks in the window. The rate
+matters: a tick costs more when the ticks are sparse, as the loop's caches have refilled in
+between. On the RL-shaped loop a tick cost 18 us at 10 kHz and 25-28 us from 2.5 kHz down to
+500 Hz (flat within the noise; 250 Hz itself is under the VM's noise in any window calibrate
+can afford).
 """
 
 from __future__ import annotations
@@ -18,9 +21,9 @@ from __future__ import annotations
 import statistics
 from typing import Callable
 
-HZ = 10_000            # ~25% of the RL-shaped loop's time here: the cost shows through the VM's noise
+HZ = 2_500             # the sparse ticks' price (above); ~6% of the loop's time, clear of the VM's noise
 WINDOW_S = 0.3
-PAIRS = 9
+PAIRS = 15
 PROGRAM = "int on_tick(void *ctx) { return 0; }"
 
 
