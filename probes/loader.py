@@ -56,6 +56,7 @@ class Attached:
     root_path: str = ""
     parts: dict = dataclasses.field(default_factory=dict)   # part -> (uprobe|uretprobe, offset)
     scale: float = 1.0  # its calibrated cost times this: what its traps measured on the target say (>= 1)
+    before_ns: float | None = None   # a lone enter/exit probe: its trap's ns before the timestamp, measured
 
 
 class ProbeSet(MapAccess):
@@ -603,7 +604,8 @@ class ProbeSet(MapAccess):
     def _costs(self, a: Attached) -> dict:
         """The four cost fields of a probe: calibrated, times its measured scale."""
         c = self.calibration.cost(a.spec.kind, a.emulated, a.spec.group)
-        return {k: round(v * a.scale) for k, v in c.items()} if a.scale != 1.0 else dict(c)
+        c = {k: round(v * a.scale) for k, v in c.items()} if a.scale != 1.0 else dict(c)
+        return split_at_measured(c, a.spec.kind, a.before_ns)
 
     def _write_cost(self, i: int, cost: dict) -> None:
         self.bpf["costs"][ct.c_int(i)] = self.bpf["costs"].Leaf(*(cost[k] for k in (
@@ -625,16 +627,20 @@ class ProbeSet(MapAccess):
             return 0.0
         return _fields_ns(self.calibration.cost(a.spec.kind, a.emulated, a.spec.group), slot % 2)
 
-    def reprice(self, measured: dict[int, float], change: float = 0.05) -> int:
+    def reprice(self, measured: dict[int, tuple[float, float]], change: float = 0.05) -> int:
         """Raise the price of each probe whose traps, measured on the target's own calls,
         cost more than the calibration says (rlscope_top/collect/probe_prices.py). The ticks
         see the kernel's part of a trap only, not its cost to the code after it (caches, a
-        flushed TLB): a lower bound, so a price is raised to it and never lowered. Its
-        calibrated split before/after the timestamp stays. A part not measured yet (its return
-        trap is cheap: 20 ticks can take longer than a session) counts at its calibrated price.
+        flushed TLB): a lower bound, so a price is raised to it and never lowered. A part not
+        measured yet (its return trap is cheap: 20 ticks can take longer than a session) counts
+        at its calibrated price.
+
+        A lone enter or exit probe (torch's op begin and op end) also takes its split around the
+        timestamp from its ticks (``split_at_measured``); a pair keeps its calibrated split.
 
         Args:
-            measured: ns per hit by part slot (probe id * 2, + 1 for the exit fields).
+            measured: (before, after) ns per hit by part slot (probe id * 2, + 1 for the exit
+                fields), on each side of the part's timestamp.
             change: relative move below which a price is not written again.
 
         Returns:
@@ -648,10 +654,12 @@ class ProbeSet(MapAccess):
                 continue
             cal_parts = [self.calibrated_part_ns(a.id * 2 + f) for f in fields]
             cal = sum(cal_parts)
-            got = sum(c if x is None else x for x, c in zip(m, cal_parts))
+            got = sum(c if x is None else sum(x) for x, c in zip(m, cal_parts))
             k = max(1.0, got / cal) if cal > 0 else 1.0
-            if abs(k - a.scale) > change * a.scale:
-                a.scale = k
+            before = m[0][0] if a.spec.kind in (ENTER, EXIT) and m[0] is not None else a.before_ns
+            moved = before is not None and (a.before_ns is None or abs(before - a.before_ns) > change * max(a.before_ns, 1.0))
+            if abs(k - a.scale) > change * a.scale or moved:
+                a.scale, a.before_ns = k, before
                 self._write_cost(a.id, self._costs(a))
                 a.cost_ns = self._cost_now(a)
                 n += 1
@@ -688,6 +696,31 @@ def _more_fds() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
         except (ValueError, OSError):
             pass
+
+
+def split_at_measured(cost: dict, kind: str, before_ns: float | None) -> dict:
+    """A lone enter or exit probe's price, split around its timestamp as its trap ticks found it.
+
+    calibrate prices torch's two probes on their binding but can only split them in the C
+    bracket's proportions (rlscope_top/commands/calibrate.py ``_torch_split``); the target's own
+    ticks say where its traps land. Only the part before the timestamp is taken from them: what
+    the ticks cannot see (the BPF program, where no tick lands, and the code after the trap
+    running cold) all comes after it. The total stays.
+
+    Args:
+        cost: the probe's four cost fields (calibrated, times its measured scale).
+        kind: the probe's catalog kind; only ENTER and EXIT are split so.
+        before_ns: its ns per hit before the timestamp, measured (None: not yet).
+
+    Returns:
+        The four fields, the charged side's two moved (a copy).
+    """
+    if before_ns is None or kind not in (ENTER, EXIT):
+        return cost
+    f = "enter" if kind == ENTER else "exit"
+    total = cost[f"{f}_before"] + cost[f"{f}_after"]
+    before = min(total, max(0, round(before_ns)))
+    return {**cost, f"{f}_before": before, f"{f}_after": total - before}
 
 
 def _fields_ns(cost: dict, exit_fields: int) -> int:

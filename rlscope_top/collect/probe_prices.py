@@ -105,7 +105,8 @@ def ns_per_tick(rows: list[dict]) -> float:
 
 
 def reprice(prices: ProbePrices, probes, rows: list[dict], now: float) -> int:
-    """Read the kernel's trap counters and raise the prices they show too low.
+    """Read the kernel's trap counters and raise the prices they show too low (and split a
+    lone enter or exit probe's price where they show it lands).
 
     Args:
         prices: the session's measurements.
@@ -119,4 +120,4 @@ def reprice(prices: ProbePrices, probes, rows: list[dict], now: float) -> int:
     hits, ticks, unnamed = probes.trap_counts()
     prices.update(hits, ticks, unnamed, ns_per_tick(rows), now)
     prices.last = prices.prices(probes.calibrated_part_ns)
-    return probes.reprice({slot: sum(ns) for slot, ns in prices.last.items()})
+    return probes.reprice(prices.last)
