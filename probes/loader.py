@@ -601,8 +601,20 @@ class ProbeSet(MapAccess):
         c = self._costs(a)
         return sum(_fields_ns(c, f) for f in self._charged(a))
 
+    def measured_splits(self) -> dict[str, list[int]]:
+        """Per lone enter or exit probe split by its own ticks (``split_at_measured``), the ns a
+        hit charges [before, after] its timestamp."""
+        out = {}
+        for a in self.attached:
+            if a.before_ns is not None and a.spec.kind in (ENTER, EXIT):
+                f = "enter" if a.spec.kind == ENTER else "exit"
+                c = self._costs(a)
+                out[a.spec.label] = [c[f"{f}_before"], c[f"{f}_after"]]
+        return out
+
     def _costs(self, a: Attached) -> dict:
-        """The four cost fields of a probe: calibrated, times its measured scale."""
+        """The four cost fields of a probe: calibrated, times its measured scale, and split as
+        its ticks found it where it is a lone enter or exit probe."""
         c = self.calibration.cost(a.spec.kind, a.emulated, a.spec.group)
         c = {k: round(v * a.scale) for k, v in c.items()} if a.scale != 1.0 else dict(c)
         return split_at_measured(c, a.spec.kind, a.before_ns)

@@ -47,3 +47,43 @@ def test_the_cost_given_is_not_changed():
     cost = dict(COST)
     split_at_measured(cost, ENTER, 100)
     assert cost == COST
+
+
+class _Written:
+    """The BPF program's cost map: what reprice writes, by probe id."""
+
+    def __init__(self):
+        self.rows = {}
+
+    def Leaf(self, *fields):
+        return fields
+
+    def __setitem__(self, key, fields):
+        self.rows[key.value] = fields
+
+
+def _probe_set(attached):
+    from rlscope_top.collect.calibration import DEFAULT_KINDS, Calibration
+    from rlscope_top.probes.loader import ProbeSet
+    ps = object.__new__(ProbeSet)          # no BPF program: reprice's arithmetic and what it writes
+    ps.attached, ps.calibration = attached, Calibration(kinds=DEFAULT_KINDS, measured=True, key="test")
+    ps.bpf = {"costs": _Written()}
+    return ps
+
+
+def test_reprice_writes_torchs_split_from_its_ticks_and_the_summary_says_so():
+    from rlscope_top.probes import catalog
+    from rlscope_top.probes.loader import Attached
+    begin, end = (Attached(i, spec, "/lib/libtorch_python.so", 0, True, 0, parts={p: ("uprobe", 0)})
+                  for i, spec, p in ((0, catalog.TORCH[0], "enter"), (1, catalog.TORCH[1], "exit")))
+    ps = _probe_set([begin, end])
+    cal_begin, cal_end = ps._costs(begin), ps._costs(end)
+    # ticks: op begin 391 ns before its timestamp and 305 after; op end 397 before, 267 after
+    assert ps.reprice({0: (391.0, 305.0), 3: (397.0, 267.0)}) == 2
+    rows = ps.bpf["costs"].rows
+    b_total, e_total = cal_begin["enter_before"] + cal_begin["enter_after"], cal_end["exit_before"] + cal_end["exit_after"]
+    assert rows[0][:2] == (391, b_total - 391)        # enter_before, enter_after
+    assert rows[1][2:] == (397, e_total - 397)        # exit_before, exit_after
+    assert ps.measured_splits() == {"op begin": [391, b_total - 391], "op end": [397, e_total - 397]}
+    assert begin.cost_ns == b_total and end.cost_ns == e_total      # the total, for the budget, stays
+    assert ps.reprice({0: (395.0, 305.0), 3: (399.0, 267.0)}) == 0  # under 5%: not written again

@@ -106,13 +106,14 @@ class RecordBuilder:
     def _prices(self) -> dict:
         """Probe costs measured on the target's calls (probe_prices.py): all trap ticks so far,
         per probe part measured so far its ns per hit before and after its timestamp, and the
-        probes whose calibrated price the measurement raised, by how much."""
+        probes whose calibrated price the measurement raised, by how much, and those charged
+        at the split their ticks found ([before, after] ns a hit)."""
         labels = {a.id: a.spec.label for a in self.probes.attached}
         measured = {f"{labels.get(slot // 2, slot // 2)}:{'exit' if slot % 2 else 'enter'}": [round(x) for x in ns]
                     for slot, ns in self.prices.last.items()}
         raised = {a.spec.label: round(a.scale, 3) for a in self.probes.attached if a.scale != 1.0}
         return {"trap_ticks": self.prices.trap_ticks, "ns_per_tick": round(self.prices.ns_per_tick),
-                "measured_ns": measured, "raised": raised}
+                "measured_ns": measured, "raised": raised, "split": self.probes.measured_splits()}
 
     def _op_records(self, ops: dict[int, OpCounters]) -> list[dict]:
         if ops and any(i not in self.op_names for i in ops) and self.region is not None:
