@@ -27,7 +27,7 @@ struct key { char next[16]; u32 state; };
 struct name { char s[16]; };
 BPF_HASH(th, u32, struct st);
 BPF_HASH(miss, struct key, u64);
-BPF_ARRAY(cnt, u64, 3);               // switch-outs, switch-ins, ticks of the target's threads
+BPF_ARRAY(cnt, u64, 3);               // switch-outs, switch-ins ending one, ticks of the target's threads
 BPF_ARRAY(watch, struct name, 1);       // a task name: switches to and from it, machine-wide
 BPF_ARRAY(watched, u64, 2);
 
@@ -53,8 +53,9 @@ TRACEPOINT_PROBE(sched, sched_switch) {
     }
     s = th.lookup(&next);
     if (s) {
+        if (s->out)            // a switch-in of a switch-out seen (not of one from before the watch)
+            cnt.atomic_increment(1);
         s->out = 0;
-        cnt.atomic_increment(1);
     }
     int z = 0;
     struct name *w = watch.lookup(&z);
@@ -129,6 +130,8 @@ def measure(pid: int, seconds: float) -> dict:
     before = slices(top) if top else (0, 0)
     time.sleep(seconds / 2)
     after = slices(top) if top else (0, 0)
+    b.detach_tracepoint(tp="sched:sched_switch")     # the counts hold still while they are read
+    b.detach_perf_event(ev_type=PerfType.SOFTWARE, ev_config=PerfSWConfig.CPU_CLOCK)
     misses = {(k.next.decode(errors="replace"), k.state): v.value for k, v in b["miss"].items()}
     out = {"switch_outs": b["cnt"][ct.c_int(0)].value, "switch_ins": b["cnt"][ct.c_int(1)].value,
            "ticks": b["cnt"][ct.c_int(2)].value, "missed": sorted(misses.items(), key=lambda kv: -kv[1]),
