@@ -606,10 +606,10 @@ class ProbeSet(MapAccess):
         hit charges [before, after] its timestamp."""
         out = {}
         for a in self.attached:
-            if a.before_ns is not None and a.spec.kind in (ENTER, EXIT):
-                f = "enter" if a.spec.kind == ENTER else "exit"
+            side = _lone_side(a.spec.kind)
+            if a.before_ns is not None and side:
                 c = self._costs(a)
-                out[a.spec.label] = [c[f"{f}_before"], c[f"{f}_after"]]
+                out[a.spec.label] = [c[f"{side}_before"], c[f"{side}_after"]]
         return out
 
     def _costs(self, a: Attached) -> dict:
@@ -668,8 +668,9 @@ class ProbeSet(MapAccess):
             cal = sum(cal_parts)
             got = sum(c if x is None else sum(x) for x, c in zip(m, cal_parts))
             k = max(1.0, got / cal) if cal > 0 else 1.0
-            before = m[0][0] if a.spec.kind in (ENTER, EXIT) and m[0] is not None else a.before_ns
-            moved = before is not None and (a.before_ns is None or abs(before - a.before_ns) > change * max(a.before_ns, 1.0))
+            before = m[0][0] if _lone_side(a.spec.kind) and m[0] is not None else a.before_ns
+            was = a.before_ns
+            moved = before is not None and (was is None or abs(before - was) > change * max(was, 1.0))
             if abs(k - a.scale) > change * a.scale or moved:
                 a.scale, a.before_ns = k, before
                 self._write_cost(a.id, self._costs(a))
@@ -727,12 +728,17 @@ def split_at_measured(cost: dict, kind: str, before_ns: float | None) -> dict:
     Returns:
         The four fields, the charged side's two moved (a copy).
     """
-    if before_ns is None or kind not in (ENTER, EXIT):
+    f = _lone_side(kind)
+    if before_ns is None or not f:
         return cost
-    f = "enter" if kind == ENTER else "exit"
     total = cost[f"{f}_before"] + cost[f"{f}_after"]
     before = min(total, max(0, round(before_ns)))
     return {**cost, f"{f}_before": before, f"{f}_after": total - before}
+
+
+def _lone_side(kind: str) -> str:
+    """The cost fields a lone enter or exit probe charges ("enter", "exit"); "" for other kinds."""
+    return {ENTER: "enter", EXIT: "exit"}.get(kind, "")
 
 
 def _fields_ns(cost: dict, exit_fields: int) -> int:

@@ -81,7 +81,8 @@ def test_reprice_writes_torchs_split_from_its_ticks_and_the_summary_says_so():
     # ticks: op begin 391 ns before its timestamp and 305 after; op end 397 before, 267 after
     assert ps.reprice({0: (391.0, 305.0), 3: (397.0, 267.0)}) == 2
     rows = ps.bpf["costs"].rows
-    b_total, e_total = cal_begin["enter_before"] + cal_begin["enter_after"], cal_end["exit_before"] + cal_end["exit_after"]
+    b_total = cal_begin["enter_before"] + cal_begin["enter_after"]
+    e_total = cal_end["exit_before"] + cal_end["exit_after"]
     assert rows[0][:2] == (391, b_total - 391)        # enter_before, enter_after
     assert rows[1][2:] == (397, e_total - 397)        # exit_before, exit_after
     assert ps.measured_splits() == {"op begin": [391, b_total - 391], "op end": [397, e_total - 397]}
